@@ -1,0 +1,2 @@
+"""encoding."""
+from __future__ import annotations

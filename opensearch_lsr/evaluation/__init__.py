@@ -1,0 +1,2 @@
+"""Evaluation: BEIR-layout datasets, IR metrics (ranx), retrieval runs and reports."""
+from __future__ import annotations

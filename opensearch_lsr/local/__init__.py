@@ -1,0 +1,2 @@
+"""local."""
+from __future__ import annotations

@@ -1,0 +1,2 @@
+"""opensearch."""
+from __future__ import annotations

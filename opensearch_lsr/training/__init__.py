@@ -1,0 +1,2 @@
+"""training."""
+from __future__ import annotations
