@@ -1,0 +1,242 @@
+"""Query side: ML Commons SPARSE_TOKENIZE on the client, and the ``neural_sparse`` query DSL.
+
+``tokenize_query`` reproduces ML Commons ``SparseTokenizerModel`` (opensearch-contract.md §2.2) so
+that ``query_tokens`` computed by the toolkit equal what a deployed tokenizer model would produce
+inside OpenSearch: the text is encoded with special tokens and the 512-token cap of DJL, ids are
+made distinct (no term frequency), each id is decoded alone with special tokens skipped, empty
+strings are dropped, and the weight is ``idf.getOrDefault(token, 1.0)``.
+
+``neural_sparse_query`` builds the standard query body (§4.2), refusing combinations OpenSearch
+rejects and features a cluster version does not have (§4.4).
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+__all__ = [
+    "DJL_MAX_LENGTH",
+    "MAX_QUERY_WEIGHT",
+    "backend_tokenizer",
+    "decode_keys",
+    "tokenize_query",
+    "tokenize_query_ids",
+    "neural_sparse_query",
+    "bool_query",
+    "search_body",
+    "parse_version",
+]
+
+#: DJL truncates model inputs at 512 tokens (padding is on, DJL >= 0.28; contract §2.1/§2.2).
+DJL_MAX_LENGTH = 512
+#: Lucene ``FeatureField.newLinearQuery`` accepts weights in (0, 64] (contract §4.2, §6.3).
+MAX_QUERY_WEIGHT = 64.0
+
+KeyFormat = Literal["word", "token_id"]
+
+
+def backend_tokenizer(tokenizer: Any):
+    """The Rust ``tokenizers.Tokenizer`` behind ``tokenizer`` (a fast HF tokenizer, a
+    ``tokenizers.Tokenizer``, or a path to a dir/``tokenizer.json``), with DJL's 512 truncation.
+
+    DJL (what ML Commons uses) runs the same Rust library from ``tokenizer.json``; going through it
+    here, not through the Python wrapper, keeps the encode/decode paths identical.
+    """
+    from tokenizers import Tokenizer
+
+    if isinstance(tokenizer, (str, os.PathLike)):
+        path = os.fspath(tokenizer)
+        if os.path.isdir(path):
+            path = os.path.join(path, "tokenizer.json")
+        if not os.path.exists(path):
+            raise ValueError(f"no tokenizer.json at {tokenizer!s}")
+        tok = Tokenizer.from_file(path)
+    elif isinstance(tokenizer, Tokenizer):
+        tok = Tokenizer.from_str(tokenizer.to_str())
+    elif hasattr(tokenizer, "backend_tokenizer"):
+        tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    else:
+        raise ValueError(f"expected a fast tokenizer, tokenizers.Tokenizer or path, got {type(tokenizer).__name__}")
+    tok.no_padding()
+    tok.enable_truncation(DJL_MAX_LENGTH)
+    return tok
+
+
+def decode_keys(tokenizer: Any) -> list[str]:
+    """Per id, the ML Commons WORD key: ``decode([id], skip_special_tokens=True)`` ("" = dropped)."""
+    tok = tokenizer if _is_rust(tokenizer) else backend_tokenizer(tokenizer)
+    return [tok.decode([i], skip_special_tokens=True) for i in range(tok.get_vocab_size(with_added_tokens=True))]
+
+
+def _is_rust(obj: Any) -> bool:
+    from tokenizers import Tokenizer
+
+    return isinstance(obj, Tokenizer)
+
+
+_BACKENDS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _rust(tokenizer: Any):
+    """A private copy of the Rust tokenizer (cached per HF tokenizer object): the HF wrapper
+    changes its backend's truncation/padding state on every call, so it is not used directly."""
+    if _is_rust(tokenizer):
+        return tokenizer
+    if hasattr(tokenizer, "backend_tokenizer"):
+        try:
+            cached = _BACKENDS.get(tokenizer)
+        except TypeError:  # not weak-referenceable
+            cached = None
+        if cached is None:
+            cached = backend_tokenizer(tokenizer)
+            try:
+                _BACKENDS[tokenizer] = cached
+            except TypeError:
+                pass
+        return cached
+    return backend_tokenizer(tokenizer)
+
+
+def tokenize_query_ids(text: str, tokenizer: Any) -> list[int]:
+    """Distinct token ids of ``text`` in first-occurrence order (DJL encode with special tokens)."""
+    ids = _rust(tokenizer).encode(text, add_special_tokens=True).ids
+    return list(dict.fromkeys(ids))
+
+
+def tokenize_query(
+    text: str,
+    tokenizer: Any,
+    idf: Mapping[str, float] | None = None,
+    key_format: KeyFormat = "word",
+) -> dict[str, float]:
+    """Query tokens exactly as ML Commons ``SPARSE_TOKENIZE`` returns them (contract §2.2).
+
+    Args:
+        text: the query.
+        tokenizer: the model's tokenizer (fast HF tokenizer, ``tokenizers.Tokenizer`` or path).
+        idf: ``idf.json`` contents keyed by decoded token; ``None`` gives every token weight 1.0.
+        key_format: ``"word"`` (decoded token) or ``"token_id"`` (the id as a string, OpenSearch >= 3.2).
+
+    Returns:
+        ``{key: weight}`` in first-occurrence order.
+    """
+    if key_format not in ("word", "token_id"):
+        raise ValueError(f"key_format must be one of ['word', 'token_id'], got {key_format!r}")
+    tok = _rust(tokenizer)
+    out: dict[str, float] = {}
+    for tid in tokenize_query_ids(text, tok):
+        token = tok.decode([tid], skip_special_tokens=True)
+        if token == "":
+            continue
+        # Java: idf.getOrDefault(token, 1.0f); the value is a Java float.
+        weight = float(idf.get(token, 1.0)) if idf is not None else 1.0
+        out[str(tid) if key_format == "token_id" else token] = weight
+    return out
+
+
+def parse_version(version: str | Sequence[int] | None) -> tuple[int, int, int] | None:
+    """``"2.19.1"`` -> ``(2, 19, 1)``; ``None`` stays ``None`` (version unknown: no gating)."""
+    if version is None:
+        return None
+    if isinstance(version, str):
+        parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in version.split("-")[0].split(".")]
+    else:
+        parts = [int(p) for p in version]
+    parts = (parts + [0, 0, 0])[:3]
+    return (parts[0], parts[1], parts[2])
+
+
+def neural_sparse_query(
+    field: str,
+    *,
+    query_text: str | None = None,
+    model_id: str | None = None,
+    query_tokens: Mapping[str, float] | None = None,
+    analyzer: str | None = None,
+    boost: float | None = None,
+    name: str | None = None,
+    version: str | Sequence[int] | None = None,
+) -> dict:
+    """A ``neural_sparse`` query clause (contract §4.2).
+
+    Exactly one of ``query_text`` (with ``model_id``, ``analyzer``, or neither: the cluster default
+    model/analyzer) and ``query_tokens``. ``version`` (the cluster's) refuses what it lacks:
+    ``query_tokens`` < 2.14, ``analyzer`` < 3.1, a missing ``model_id`` < 2.13.
+    """
+    if not field:
+        raise ValueError("field must be a non-empty field name")
+    if (query_text is None) == (query_tokens is None):
+        raise ValueError("pass exactly one of query_text and query_tokens")
+    if model_id is not None and analyzer is not None:
+        raise ValueError("model_id and analyzer cannot be used together in a neural_sparse query")
+    if query_tokens is not None and (model_id is not None or analyzer is not None):
+        raise ValueError("query_tokens are sent as they are: do not combine them with model_id or analyzer")
+    ver = parse_version(version)
+    body: dict[str, Any] = {}
+    if query_tokens is not None:
+        if ver is not None and ver < (2, 14, 0):
+            raise ValueError(f"query_tokens needs OpenSearch >= 2.14 (cluster is {'.'.join(map(str, ver))})")
+        tokens = {}
+        for key, value in query_tokens.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"query token keys must be non-empty strings, got {key!r}")
+            w = float(value)
+            if not (0.0 < w <= MAX_QUERY_WEIGHT):
+                raise ValueError(f"weight must be in (0, 64.0], got: {w} (token {key!r})")
+            tokens[key] = w
+        if not tokens:
+            raise ValueError("query_tokens is empty: the query has no token with a positive weight")
+        body["query_tokens"] = tokens
+    else:
+        if not isinstance(query_text, str) or not query_text.strip():
+            raise ValueError("query_text must be a non-empty string")
+        body["query_text"] = query_text
+        if model_id is not None:
+            body["model_id"] = model_id
+        elif analyzer is not None:
+            if ver is not None and ver < (3, 1, 0):
+                raise ValueError(f"analyzer needs OpenSearch >= 3.1 (cluster is {'.'.join(map(str, ver))})")
+            body["analyzer"] = analyzer
+        elif ver is not None and ver < (2, 13, 0):
+            raise ValueError("model_id is required before OpenSearch 2.13 (no default model)")
+    if boost is not None:
+        body["boost"] = float(boost)
+    if name is not None:
+        body["_name"] = name
+    return {"neural_sparse": {field: body}}
+
+
+def bool_query(must: Sequence[dict] | dict, filters: Mapping[str, Any] | Sequence[dict] | None = None) -> dict:
+    """``bool`` with scoring ``must`` clauses and non-scoring ``filter`` clauses.
+
+    ``filters`` may be ``{field: value}`` (a ``term`` per field, a ``terms`` for lists) or clauses.
+    """
+    must_list = [must] if isinstance(must, dict) else list(must)
+    if not filters:
+        return must_list[0] if len(must_list) == 1 else {"bool": {"must": must_list}}
+    if isinstance(filters, Mapping):
+        clauses = [{"terms": {k: list(v)}} if isinstance(v, (list, tuple)) else {"term": {k: v}}
+                   for k, v in filters.items()]
+    else:
+        clauses = list(filters)
+    return {"bool": {"must": must_list, "filter": clauses}}
+
+
+def search_body(
+    query: dict,
+    size: int = 10,
+    from_: int = 0,
+    source: bool | Sequence[str] | Mapping[str, Any] | None = None,
+    explain: bool = False,
+) -> dict:
+    """A ``_search`` request body."""
+    body: dict[str, Any] = {"query": query, "size": int(size)}
+    if from_:
+        body["from"] = int(from_)
+    if source is not None:
+        body["_source"] = source if isinstance(source, (bool, Mapping)) else list(source)
+    if explain:
+        body["explain"] = True
+    return body
