@@ -48,6 +48,34 @@ def transfer() -> None:
 
 # === section: transfer (VT) and tokenizer ===
 
+
+@cli.group()
+def tokenizer() -> None:
+    """Train a retrieval-friendly vocabulary (VT step 1: a domain or target-language vocabulary)."""
+
+
+@tokenizer.command("train")
+@click.option("--corpus", "corpus", required=True, type=click.Path(),
+              help="Corpus: JSONL with a 'text' field (BEIR corpus.jsonl: title + text), a BEIR dataset dir, "
+                   "or plain text with one passage per line.")
+@click.option("--vocab-size", required=True, type=int, help="Vocabulary size, special tokens included.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output directory.")
+@click.option("--kind", type=click.Choice(["wordpiece", "bpe"]), default="wordpiece", show_default=True)
+@click.option("--min-frequency", type=int, default=2, show_default=True)
+@click.option("--no-lowercase", is_flag=True, help="Keep case (default: NFKC + lowercase, Hangul kept whole).")
+def tokenizer_train_cmd(corpus: str, vocab_size: int, out_dir: str, kind: str, min_frequency: int,
+                        no_lowercase: bool) -> None:
+    """Train a WordPiece/BPE tokenizer (NFKC + lowercase, keeps Hangul syllables) and save tokenizer.json."""
+    from .transfer.tokenizer_train import iter_corpus_texts, train_tokenizer
+
+    try:
+        tok = train_tokenizer(iter_corpus_texts(corpus), vocab_size, out_dir, kind=kind,
+                              lowercase=not no_lowercase, min_frequency=min_frequency)
+    except ValueError as err:
+        fail(str(err))
+    echo_json({"out": out_dir, "kind": kind, "vocab_size": len(tok)})
+
+
 # === section: export / deploy / index setup (OpenSearch) ===
 
 # === section: index (batch encoding jobs) ===
