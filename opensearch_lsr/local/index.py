@@ -295,8 +295,10 @@ class LocalIndex:
         self.name = _manifest.get("name") or self.path.name
         self._manifest = _manifest
         self._view: _View | None = None
+        self._view_key: tuple[str, ...] = ()
         self._encoders: dict[str, QueryEncoder] = {}
         self._analyzers: dict[str, QueryEncoder] = {}
+        self._ids_cache: tuple[tuple[str, ...], set[str]] | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -516,7 +518,12 @@ class LocalIndex:
                 _write_segment(self.path / name, seg)
                 manifest["next_segment"] += 1
                 manifest["segments"].append(name)
+                live = set(existing) if existing is not None else None
                 self._commit_manifest(manifest)
+                if live is not None:
+                    for did, (op, _doc) in final.items():
+                        (live.add if op == "index" else live.discard)(did)
+                    self._ids_cache = (tuple(manifest["segments"]), live)
                 if len(manifest["segments"]) > _MERGE_AT:
                     self._merge_locked()
         took = int((time.perf_counter() - t0) * 1000)
@@ -534,7 +541,11 @@ class LocalIndex:
         return self.bulk([{"_op_type": "delete", "_id": doc_id}])["items"][0]["delete"]
 
     def _live_ids(self) -> set[str]:
-        return set(self._get_view().row_of)
+        # cached per manifest state so a stream of bulks does not re-read every segment each time
+        key = tuple(self._manifest["segments"])
+        if self._ids_cache is None or self._ids_cache[0] != key:
+            self._ids_cache = (key, set(self._get_view().row_of))
+        return self._ids_cache[1]
 
     def force_merge(self) -> None:
         """Rewrite all live documents into one segment (``POST <index>/_forcemerge``)."""
@@ -566,7 +577,8 @@ class LocalIndex:
         self._get_view()
 
     def _get_view(self) -> _View:
-        if self._view is None:
+        if self._view is None or self._view_key != tuple(self._manifest["segments"]):
+            self._view_key = tuple(self._manifest["segments"])
             self._cleanup_orphans()
             segs = [_read_segment(self.path / s) for s in self._manifest["segments"]]
             self._view = _View(segs, self.vector_fields)
