@@ -1,0 +1,555 @@
+"""Export a ``SparseEncoder`` directory as one hash-versioned OpenSearch ML Commons bundle.
+
+``export_bundle`` writes three files (``opensearch-contract.md`` sections 1.4-2.2, 6.7, 6.8):
+
+* ``sparse_encoding.zip`` (function ``SPARSE_ENCODING``, format ``TORCH_SCRIPT``): one traced
+  TorchScript ``<name>.pt`` plus ``tokenizer.json`` at the zip root. ``forward(input: Dict[str,
+  Tensor]) -> Dict[str, Tensor]`` takes ``{"input_ids", "attention_mask"}`` (what DJL feeds; no
+  ``token_type_ids``) and returns ``{"output": float32 [batch, V]}``: SPLADE max pooling of
+  ``log(1 + relu(logits))`` over unmasked positions (Formal et al. 2021, SPLADE v2,
+  arXiv:2109.10086; the pooling the model's own ``SpladePooling`` config names), special-token
+  ids zeroed, and optionally neural-search's ``max_ratio`` pruning in the graph (keep
+  ``v >= ratio * max(v)`` per row). The tokenizer carries a truncation block capped at 512 so
+  ML Commons 2.11-2.14 (DJL 0.21, which truncates only when tokenizer.json says so) behaves
+  like 2.15+ (DJL >= 0.28, which always caps at 512).
+* ``sparse_tokenize.zip`` (function ``SPARSE_TOKENIZE``): the same ``tokenizer.json`` plus an
+  optional ``idf.json`` keyed by the single-id decode, the inference-free query side.
+* ``manifest.json``: sha256 and size of both zips, vocabulary and tokenizer hashes, key format,
+  special ids, pruning, toolkit/torch/transformers versions, conformance report.
+
+Old runtimes (ML Commons 2.x ships PyTorch 1.13.1, 3.x ships 2.5.1): the model is traced with
+eager attention (no ``scaled_dot_product_attention``, an op 1.13 lacks), with
+``torch.jit.trace(..., strict=False)`` on a dict input (as opensearch-py-ml does), on CPU,
+without ``torch.jit.freeze`` or optimisation passes (they emit fused/new ops), and the archive's
+file-format version is checked against what torch 1.13 reads (<= 10). The graph's operator set
+is recorded in the manifest. Loading on a real 1.13.1 runtime is NOT verified here (no 1.13
+wheel for this Python); see :data:`TORCH_113_MAX_FILE_FORMAT`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Literal
+
+import numpy as np
+
+from ..config import ArtifactConfig, write_json
+
+__all__ = [
+    "ExportConfig",
+    "ExportError",
+    "SparseEncodingModule",
+    "export_bundle",
+    "parse_prune",
+    "detect_key_collisions",
+    "build_tokenizer_json",
+    "KEY_FORMATS",
+    "TORCH_113_MAX_FILE_FORMAT",
+]
+
+logger = logging.getLogger(__name__)
+
+KeyFormat = Literal["auto", "word", "token_id"]
+KEY_FORMATS: tuple[str, ...] = ("auto", "word", "token_id")
+#: ``kMaxSupportedFileFormatVersion`` of torch 1.13 (caffe2/serialize/versions.h): 0xA.
+TORCH_113_MAX_FILE_FORMAT = 10
+#: Decoders whose single-id decode rewrites tokens so that distinct ids can share one key
+#: (Metaspace ``▁hello`` -> ``hello``) or gain spaces (ByteLevel ``Ġhello`` -> `` hello``).
+COLLIDING_DECODERS: tuple[str, ...] = ("Metaspace", "ByteLevel")
+DEFAULT_VERIFY_TEXTS: tuple[str, ...] = (
+    "what is the capital of south korea",
+    "Seoul is the capital and largest city of South Korea.",
+    "대한민국의 수도는 서울이다.",
+    "서울은 한강을 따라 자리 잡은 대도시이며 인구는 약 천만 명이다.",
+    "OpenSearch neural sparse search with learned sparse retrieval (SPLADE).",
+    "12.5% of 3,000 km²; email: a.b@example.com — “quotes” & <tags>",
+)
+
+
+class ExportError(ValueError):
+    """Bad export input (missing dir, not a sparse encoder, colliding keys...): one clear sentence."""
+
+
+@dataclasses.dataclass
+class ExportConfig(ArtifactConfig):
+    """How a bundle was exported; saved as ``export_config.json`` inside the bundle.
+
+    Args:
+        model_dir: the ``SparseEncoder`` directory (or ``splade-tiny``) that was exported.
+        name: model name registered in ML Commons.
+        version: model version registered in ML Commons.
+        prune: ``None`` or ``"max_ratio:<r>"`` with ``0 <= r < 1`` (neural-search's rule).
+        key_format: ``auto`` (word unless single-id decodes collide), ``word`` or ``token_id``.
+        idf_corpus: corpus file the IDF was computed from (BEIR ``corpus.jsonl`` or text lines).
+        idf_json: an existing ``idf.json`` to ship instead (e.g. transferred with ``transfer_idf``).
+        verify: run the conformance check after writing.
+    """
+
+    FILENAME = "export_config.json"
+
+    model_dir: str = ""
+    name: str | None = None
+    version: str = "1.0.0"
+    prune: str | None = None
+    key_format: str = "auto"
+    idf_corpus: str | None = None
+    idf_json: str | None = None
+    verify: bool = True
+
+    def __post_init__(self) -> None:
+        if self.key_format not in KEY_FORMATS:
+            raise ValueError(f"key_format must be one of {', '.join(KEY_FORMATS)}, got {self.key_format!r}")
+        parse_prune(self.prune)
+        if self.idf_corpus and self.idf_json:
+            raise ValueError("give either idf_corpus or idf_json, not both")
+        if not str(self.version).strip():
+            raise ValueError("version must be a non-empty string")
+
+
+def parse_prune(prune: str | None) -> float | None:
+    """``"max_ratio:0.1"`` -> ``0.1``; ``None``/``"none"`` -> ``None``.
+
+    Only ``max_ratio`` can live in the graph (it needs no sorting); neural-search accepts
+    ``0 <= ratio < 1`` for it (``PruneUtils``).
+    """
+    if prune is None or str(prune).strip().lower() in {"", "none"}:
+        return None
+    kind, sep, value = str(prune).partition(":")
+    if kind.strip() != "max_ratio" or not sep:
+        raise ValueError(f"prune must look like 'max_ratio:0.1' (only max_ratio is supported in the graph), got {prune!r}")
+    try:
+        ratio = float(value)
+    except ValueError as err:
+        raise ValueError(f"prune ratio {value!r} is not a number") from err
+    if not 0.0 <= ratio < 1.0:
+        raise ValueError(f"max_ratio prune ratio must be in [0, 1), got {ratio}")
+    return ratio or None
+
+
+# --------------------------------------------------------------------------- tokenizer side
+
+
+def _decoder_types(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["type"]] if isinstance(node.get("type"), str) else []
+        for value in node.values():
+            found += _decoder_types(value)
+        return found
+    if isinstance(node, list):
+        return [t for item in node for t in _decoder_types(item)]
+    return []
+
+
+def detect_key_collisions(tokenizer) -> dict[str, Any]:
+    """Whether ML Commons' WORD keys (single-id decode) are ambiguous for this tokenizer.
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer`` (or a HF fast tokenizer).
+
+    Returns:
+        ``{"decoder", "risky_decoder", "duplicate_keys", "empty_keys", "examples", "collides"}``:
+        a Metaspace/ByteLevel decoder, two non-special ids with the same decode, or a non-special
+        id decoding to ``""`` (its weight would be silently dropped) all make WORD keys unsafe.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    spec = json.loads(backend.to_str())
+    decoders = _decoder_types(spec.get("decoder"))
+    risky = sorted({d for d in decoders if d in COLLIDING_DECODERS})
+    size = backend.get_vocab_size(with_added_tokens=True)
+    special = _special_ids_from_backend(backend)
+    decoded = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
+    seen: dict[str, int] = {}
+    duplicates: list[tuple[int, int, str]] = []
+    empty: list[int] = []
+    for idx, key in enumerate(decoded):
+        if idx in special:
+            continue
+        if key == "":
+            empty.append(idx)
+        elif key in seen:
+            duplicates.append((seen[key], idx, key))
+        else:
+            seen[key] = idx
+    examples = [f"ids {a} and {b} both decode to {k!r}" for a, b, k in duplicates[:5]]
+    examples += [f"id {i} decodes to ''" for i in empty[:3]]
+    return {
+        "decoder": decoders[0] if decoders else None,
+        "risky_decoder": risky,
+        "duplicate_keys": len(duplicates),
+        "empty_keys": len(empty),
+        "examples": examples,
+        "collides": bool(risky or duplicates or empty),
+    }
+
+
+def _special_ids_from_backend(backend) -> set[int]:
+    return {int(i) for i, tok in backend.get_added_tokens_decoder().items() if tok.special}
+
+
+def _max_length(hf_tokenizer, model_config, max_seq_length: int | None) -> int:
+    """``min(tokenizer.model_max_length, usable position embeddings, encoder max_seq_length, 512)``."""
+    limits = [512]
+    mml = getattr(hf_tokenizer, "model_max_length", None)
+    if isinstance(mml, int) and 0 < mml < 1_000_000:
+        limits.append(mml)
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        if getattr(model_config, "model_type", "") in {"roberta", "xlm-roberta", "camembert", "longformer"}:
+            positions -= int(getattr(model_config, "pad_token_id", 1) or 0) + 1  # learned offset
+        limits.append(positions)
+    if max_seq_length:
+        limits.append(int(max_seq_length))
+    return min(limits)
+
+
+def build_tokenizer_json(backend, max_length: int, pad_id: int, pad_token: str) -> str:
+    """``tokenizer.json`` text with ML Commons' truncation block and DJL-style padding.
+
+    Truncation ``{"direction":"Right","max_length":..,"strategy":"LongestFirst","stride":0}`` is
+    what opensearch-py-ml writes (``_fill_null_truncation_field``); padding is ``BatchLongest``
+    (DJL ``optPadding(true)``), which never pads a single document.
+    """
+    spec = json.loads(backend.to_str())
+    spec["truncation"] = {"direction": "Right", "max_length": int(max_length), "strategy": "LongestFirst", "stride": 0}
+    spec["padding"] = {
+        "strategy": "BatchLongest",
+        "direction": "Right",
+        "pad_to_multiple_of": None,
+        "pad_id": int(pad_id),
+        "pad_type_id": 0,
+        "pad_token": pad_token,
+    }
+    return json.dumps(spec, ensure_ascii=False, indent=2)
+
+
+# --------------------------------------------------------------------------- model side
+
+
+def _torch_module_class():
+    import torch
+
+    class SparseEncodingModule(torch.nn.Module):
+        """MLM + SPLADE pooling as ML Commons calls it: one dict in, ``{"output": [B, V]}`` out."""
+
+        def __init__(self, mlm, vocab_size: int, special_ids: list[int], pooling: str = "max",
+                     activation: str = "relu", prune_ratio: float | None = None) -> None:
+            super().__init__()
+            if pooling not in ("max", "sum"):
+                raise ValueError(f"pooling must be 'max' or 'sum', got {pooling!r}")
+            if activation not in ("relu", "log1p_relu"):
+                raise ValueError(f"activation must be 'relu' or 'log1p_relu', got {activation!r}")
+            self.mlm = mlm
+            keep = torch.ones(vocab_size, dtype=torch.float32)
+            if special_ids:
+                keep[torch.tensor(sorted(special_ids), dtype=torch.long)] = 0.0
+            self.register_buffer("keep", keep)
+            self.pooling = pooling
+            self.activation = activation
+            self.prune_ratio = float(prune_ratio or 0.0)
+
+        def forward(self, input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:  # noqa: A002 - DJL's name
+            input_ids = input["input_ids"]
+            attention_mask = input["attention_mask"]
+            logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
+            mask = attention_mask.unsqueeze(-1).to(logits.dtype)
+            values = torch.log1p(torch.relu(logits * mask))  # SpladePooling: relu(masked) then log1p
+            if self.activation == "log1p_relu":
+                values = torch.log1p(values)
+            if self.pooling == "max":
+                values = torch.max(values, dim=1)[0]
+            else:
+                values = torch.sum(values, dim=1)
+            values = values * self.keep
+            if self.prune_ratio > 0:
+                threshold = torch.max(values, dim=1, keepdim=True)[0] * self.prune_ratio
+                values = values * (values >= threshold).to(values.dtype)
+            return {"output": values.to(torch.float32)}
+
+    return SparseEncodingModule
+
+
+def __getattr__(name: str):
+    # ``SparseEncodingModule`` is built lazily so importing this module does not import torch.
+    if name == "SparseEncodingModule":
+        return _torch_module_class()
+    raise AttributeError(name)
+
+
+def _resolve_encoder(model_dir: str):
+    """Load the SparseEncoder and return (transformer module, pooling config, static IDF or None)."""
+    from ..transfer.surgery import TransferInputError, load_sparse_encoder, resolve_model_path
+
+    path = resolve_model_path(str(model_dir))
+    if not os.path.isdir(path):
+        raise ExportError(f"model directory {str(model_dir)!r} does not exist")
+    if not (Path(path) / "config.json").exists() and not (Path(path) / "modules.json").exists():
+        raise ExportError(f"{str(model_dir)!r} is not a SparseEncoder directory (no modules.json or config.json)")
+    try:
+        encoder = load_sparse_encoder(path)
+    except TransferInputError as err:
+        raise ExportError(str(err)) from err
+    except Exception as err:  # noqa: BLE001 - translated into one sentence
+        raise ExportError(f"{str(model_dir)!r} could not be loaded as a SparseEncoder: {type(err).__name__}: {err}") from err
+    modules = list(encoder)
+    static_idf = None
+    if modules and hasattr(modules[0], "sub_modules"):  # Router: doc-only (inference-free) model
+        routes = modules[0].sub_modules
+        doc_key = next((k for k in ("document", "doc", "passage", "corpus") if k in routes), None)
+        if doc_key is None:
+            raise ExportError(f"Router model {str(model_dir)!r} has no document route (routes: {list(routes)})")
+        query_key = next((k for k in ("query", "queries") if k in routes), None)
+        if query_key is not None:
+            static_idf = next((m for m in routes[query_key] if hasattr(m, "weight") and hasattr(m, "tokenizer")), None)
+        modules = list(routes[doc_key])
+    transformer = next((m for m in modules if hasattr(m, "auto_model")), None)
+    pooling = next((m for m in modules if type(m).__name__ == "SpladePooling"), None)
+    if transformer is None or pooling is None:
+        names = [type(m).__name__ for m in modules]
+        raise ExportError(f"{str(model_dir)!r} is not an MLM + SpladePooling sparse encoder (modules: {names})")
+    if transformer.auto_model.get_output_embeddings() is None:
+        raise ExportError(f"{str(model_dir)!r} has no masked-LM head to export")
+    return encoder, transformer, pooling, static_idf
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_zip(path: Path, members: dict[str, Path | bytes]) -> None:
+    """Deterministic zip (fixed timestamps, sorted names) so equal content gives equal sha256."""
+    tmp = path.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            data = members[name]
+            zf.writestr(info, data.read_bytes() if isinstance(data, Path) else data)
+    os.replace(tmp, path)
+
+
+def _torchscript_facts(pt_path: Path, traced) -> dict[str, Any]:
+    with zipfile.ZipFile(pt_path) as zf:
+        version_entry = next((n for n in zf.namelist() if n.endswith(("/.data/version", "/version"))), None)
+        file_version = int(zf.read(version_entry).decode().strip()) if version_entry else None
+    ops = sorted({node.kind() for node in traced.inlined_graph.nodes()})
+    return {"file_format_version": file_version, "ops": ops}
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
+
+
+def export_bundle(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    idf_corpus: str | None = None,
+    prune: str | None = None,
+    key_format: KeyFormat = "auto",
+    verify: bool = True,
+    *,
+    name: str | None = None,
+    version: str = "1.0.0",
+    idf_json: str | None = None,
+    verify_texts: list[str] | None = None,
+) -> dict[str, Any]:
+    """Export ``model_dir`` to ``out_dir/{sparse_encoding.zip, sparse_tokenize.zip, manifest.json}``.
+
+    Args:
+        model_dir: ``SparseEncoder`` directory (MLM + SpladePooling, or a Router whose document
+            route is one), or ``splade-tiny``.
+        out_dir: bundle directory (created; existing bundle files are replaced).
+        idf_corpus: corpus (BEIR ``corpus.jsonl``/dir or plain text, one doc per line) to compute
+            ``idf.json`` from (:func:`opensearch_lsr.opensearch.idf.compute_idf`). Without it the
+            model dir's ``idf.json`` or a Router's static query weights are used if present;
+            otherwise ML Commons weighs every query token 1.0.
+        prune: ``"max_ratio:<r>"`` to prune inside the graph.
+        key_format: ``auto`` picks ``token_id`` (OpenSearch 3.2+) when single-id decodes collide;
+            ``word`` refuses such tokenizers.
+        verify: run :func:`~opensearch_lsr.opensearch.conformance.verify_bundle` and refuse a bundle
+            that does not reproduce the in-Python encoder within 1e-4.
+        name, version: ML Commons model name/version (default: the model dir's name, ``1.0.0``).
+        idf_json: ship this ``idf.json`` (e.g. from ``transfer_idf``).
+        verify_texts: texts for the conformance check (default: a fixed English/Korean set).
+
+    Returns:
+        The manifest (also written to ``out_dir/manifest.json``).
+
+    Raises:
+        ExportError: bad input; ConformanceError: the exported zip does not conform.
+    """
+    import tokenizers
+    import torch
+    import transformers
+
+    from .. import __version__ as toolkit_version
+    from .conformance import ConformanceError, verify_bundle
+
+    config = ExportConfig(model_dir=str(model_dir), name=name, version=version, prune=prune,
+                          key_format=key_format, idf_corpus=idf_corpus, idf_json=idf_json, verify=verify)
+    prune_ratio = parse_prune(prune)
+    if idf_corpus and not os.path.exists(idf_corpus):
+        raise ExportError(f"IDF corpus {idf_corpus!r} does not exist")
+    if idf_json and not os.path.isfile(idf_json):
+        raise ExportError(f"idf.json {idf_json!r} does not exist")
+    started = time.perf_counter()
+    encoder, transformer, pooling, static_idf = _resolve_encoder(str(model_dir))
+    hf_tok = transformer.tokenizer
+    backend = getattr(hf_tok, "backend_tokenizer", None)
+    if backend is None:
+        raise ExportError(f"{str(model_dir)!r} has a slow tokenizer; ML Commons needs a fast one (tokenizer.json)")
+    mlm = transformer.auto_model
+    vocab_size = backend.get_vocab_size(with_added_tokens=True)
+    out_features = mlm.get_output_embeddings().weight.shape[0]
+    if out_features != vocab_size:
+        raise ExportError(
+            f"model vocabulary ({out_features}) and tokenizer ({vocab_size} ids) differ; ML Commons needs them equal"
+        )
+
+    collisions = detect_key_collisions(backend)
+    if collisions["collides"]:
+        detail = "; ".join(collisions["examples"][:3]) or f"decoder {collisions['risky_decoder']}"
+        if key_format == "word":
+            raise ExportError(
+                "this tokenizer's single-id decode is ambiguous as ML Commons WORD keys "
+                f"({detail}); export with --key-format token_id (needs OpenSearch 3.2+) instead"
+            )
+        resolved_format = "token_id"
+    else:
+        resolved_format = "word" if key_format == "auto" else key_format
+
+    special_ids = sorted(_special_ids_from_backend(backend) | {int(i) for i in hf_tok.all_special_ids})
+    max_length = _max_length(hf_tok, mlm.config, getattr(transformer, "max_seq_length", None))
+    pad_id = hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0
+    pad_token = hf_tok.pad_token or backend.id_to_token(pad_id) or "[PAD]"
+    tokenizer_text = build_tokenizer_json(backend, max_length, pad_id, pad_token)
+
+    model_name = name or Path(str(transformer.auto_model.name_or_path or model_dir)).name or "sparse-model"
+    if str(model_dir) == "splade-tiny":
+        model_name = name or "splade-tiny"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # ---- trace: eager attention, CPU, fp32, dict input, strict=False (opensearch-py-ml's recipe)
+    import copy
+
+    mlm_export = copy.deepcopy(mlm).to("cpu").float().eval()
+    mlm_export.set_attn_implementation("eager")
+    module_cls = _torch_module_class()
+    wrapper = module_cls(mlm_export, vocab_size, special_ids, pooling.pooling_strategy,
+                         pooling.activation_function, prune_ratio).eval()
+    from tokenizers import Tokenizer
+
+    runtime_tok = Tokenizer.from_str(tokenizer_text)
+    runtime_tok.no_padding()
+    example = runtime_tok.encode("OpenSearch sparse export warm up sentence 서울 한국", add_special_tokens=True)
+    example_input = {
+        "input_ids": torch.tensor([example.ids], dtype=torch.int64),
+        "attention_mask": torch.tensor([example.attention_mask], dtype=torch.int64),
+    }
+    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+        traced = torch.jit.trace(wrapper, (example_input,), strict=False, check_trace=False)
+        pt_name = f"{_safe_name(model_name)}.pt"
+        pt_path = Path(tmp) / pt_name
+        torch.jit.save(traced, str(pt_path))
+        ts_facts = _torchscript_facts(pt_path, traced)
+        if "aten::scaled_dot_product_attention" in ts_facts["ops"]:
+            raise ExportError("the traced graph uses scaled_dot_product_attention; eager attention was not honoured")
+        if ts_facts["file_format_version"] and ts_facts["file_format_version"] > TORCH_113_MAX_FILE_FORMAT:
+            logger.warning("TorchScript file format %s is newer than torch 1.13 reads (%s): OpenSearch 2.x may refuse it",
+                           ts_facts["file_format_version"], TORCH_113_MAX_FILE_FORMAT)
+        tok_bytes = tokenizer_text.encode("utf-8")
+        enc_zip = out / "sparse_encoding.zip"
+        _write_zip(enc_zip, {pt_name: pt_path, "tokenizer.json": tok_bytes})
+
+    # ---- query side: tokenizer + idf.json
+    from .idf import compute_idf, iter_corpus_texts, load_idf
+
+    idf: dict[str, float] | None = None
+    idf_source = "none"
+    if idf_corpus:
+        idf = compute_idf(iter_corpus_texts(idf_corpus), backend)
+        idf_source = f"corpus:{idf_corpus}"
+    elif idf_json:
+        idf = load_idf(idf_json)
+        idf_source = f"file:{idf_json}"
+    elif (Path(str(transformer.auto_model.name_or_path or "")) / "idf.json").exists():
+        idf_file = Path(str(transformer.auto_model.name_or_path)) / "idf.json"
+        idf = load_idf(idf_file)
+        idf_source = f"file:{idf_file}"
+    elif static_idf is not None:
+        weights = static_idf.weight.detach().float().cpu().numpy()
+        decoded = backend.decode_batch([[i] for i in range(len(weights))], skip_special_tokens=True)
+        idf = {tok: float(w) for tok, w in zip(decoded, weights) if tok and w > 0}
+        idf_source = "router:SparseStaticEmbedding"
+    tok_members: dict[str, Path | bytes] = {"tokenizer.json": tok_bytes}
+    if idf is not None:
+        tok_members["idf.json"] = json.dumps(idf, ensure_ascii=False).encode("utf-8")
+    tok_zip = out / "sparse_tokenize.zip"
+    _write_zip(tok_zip, tok_members)
+
+    vocab = [backend.id_to_token(i) for i in range(vocab_size)]
+    manifest: dict[str, Any] = {
+        "name": model_name,
+        "version": str(version),
+        "sparse_encoding": {
+            "file": enc_zip.name,
+            "sha256": _sha256_file(enc_zip),
+            "size_bytes": enc_zip.stat().st_size,
+            "function_name": "SPARSE_ENCODING",
+            "model_format": "TORCH_SCRIPT",
+            "model_file": pt_name,
+        },
+        "sparse_tokenize": {
+            "file": tok_zip.name,
+            "sha256": _sha256_file(tok_zip),
+            "size_bytes": tok_zip.stat().st_size,
+            "function_name": "SPARSE_TOKENIZE",
+            "model_format": "TORCH_SCRIPT",
+        },
+        "vocab_size": vocab_size,
+        "vocab_sha256": hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest(),
+        "tokenizer_sha256": hashlib.sha256(tok_bytes).hexdigest(),
+        "key_format": resolved_format,
+        "min_opensearch_version": "3.2.0" if resolved_format == "token_id" else "2.11.0",
+        "max_length": max_length,
+        "special_token_ids": special_ids,
+        "pooling": {"strategy": pooling.pooling_strategy, "activation": pooling.activation_function},
+        "prune_type": "max_ratio" if prune_ratio else "none",
+        "prune_ratio": prune_ratio,
+        "idf": {"source": idf_source, "entries": len(idf) if idf is not None else 0},
+        "key_collisions": collisions,
+        "torchscript": ts_facts,
+        "toolkit_version": toolkit_version,
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "tokenizers_version": tokenizers.__version__,
+        "export_seconds": round(time.perf_counter() - started, 2),
+    }
+    config.save(out)
+    write_json(out / "manifest.json", manifest)
+    if verify:
+        t0 = time.perf_counter()
+        report = verify_bundle(out, str(model_dir), list(verify_texts or DEFAULT_VERIFY_TEXTS))
+        report["seconds"] = round(time.perf_counter() - t0, 2)
+        manifest["conformance"] = report
+        write_json(out / "manifest.json", manifest)
+        if not report["passed"]:
+            raise ConformanceError(
+                f"the exported model does not reproduce the in-Python encoder (max weight diff "
+                f"{report.get('max_abs_weight_diff')}, key mismatches {report.get('key_mismatches_above_atol')}, "
+                f"layout {report['layout_problems']}); see {out / 'manifest.json'}"
+            )
+    return manifest
