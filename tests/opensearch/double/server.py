@@ -136,6 +136,8 @@ class OpenSearchDouble:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True   # one small response must not wait for a delayed ACK
+            wbufsize = 1 << 16               # headers + body leave in one write (flushed per request)
 
             def log_message(self, *args):  # quiet
                 pass
@@ -478,7 +480,7 @@ class OpenSearchDouble:
             self.runtimes[model_id] = runtime
             model["model_state"] = "DEPLOYED"
             task.update(state="COMPLETED", last_update_time=int(time.time() * 1000))
-        except RuntimeError as err:
+        except Exception as err:  # noqa: BLE001 - every failure ends the task FAILED with its message
             model["model_state"] = "DEPLOY_FAILED"
             task.update(state="FAILED", error=json.dumps({self.node_id: str(err)}),
                         last_update_time=int(time.time() * 1000))

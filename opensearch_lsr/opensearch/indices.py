@@ -1,0 +1,366 @@
+"""Index and pipeline set-up from the JSON templates in ``mappings/`` and ``pipelines/``.
+
+The templates are the single source of truth (also usable with curl, see their READMEs); this module
+renders their ``{{placeholders}}``, adapts them to the cluster's version and plugins
+(``ClusterFeatures``, contract 4.4) and sends them:
+
+- ``rank_features`` index with a default ingest pipeline and a Korean text field analysed by ``nori``
+  (``analysis-nori``), falling back to the built-in ``cjk`` analyzer when the plugin is missing;
+- ``sparse_vector`` + SEISMIC index (3.3+, ``index.sparse``; token ids must be < 32768, contract 4.3);
+- ``sparse_encoding`` ingest pipeline with neural-search's prune validation (contract 4.1);
+- ``neural_sparse_two_phase_processor`` search pipeline (2.15+);
+- hybrid BM25 + ``neural_sparse`` search pipeline: min-max + weighted arithmetic mean
+  (``normalization-processor``, 2.10+) or reciprocal rank fusion (``score-ranker-processor``, 2.19+),
+  the fusions used for lexical + learned-sparse hybrids in the SPLADE-X / cross-lingual transfer work
+  (Nair et al., ECIR 2022; Cormack et al., SIGIR 2009 for RRF).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from .client import ClusterFeatures
+
+__all__ = [
+    "IndexSetupError",
+    "templates_root",
+    "load_template",
+    "render",
+    "validate_prune",
+    "parse_prune",
+    "resolve_text_analyzer",
+    "index_body",
+    "ingest_pipeline_body",
+    "two_phase_pipeline_body",
+    "hybrid_pipeline_body",
+    "create_index",
+    "put_ingest_pipeline",
+    "put_search_pipeline",
+    "attach_search_pipeline",
+    "MAX_SPARSE_VECTOR_VOCAB",
+    "PRUNE_TYPES",
+]
+
+logger = logging.getLogger(__name__)
+
+IndexKind = Literal["rank_features", "sparse_vector"]
+TextAnalyzer = Literal["nori", "cjk", "standard", "auto"]
+HybridTechnique = Literal["normalization", "rrf", "auto"]
+INDEX_KINDS = ("rank_features", "sparse_vector")
+TEXT_ANALYZERS = ("nori", "cjk", "standard", "auto")
+HYBRID_TECHNIQUES = ("normalization", "rrf", "auto")
+PRUNE_TYPES = ("none", "top_k", "alpha_mass", "max_ratio", "abs_value")
+#: SEISMIC folds token ids into a short: ids >= 32768 break the ANN path in releases <= 3.8 (contract 4.3).
+MAX_SPARSE_VECTOR_VOCAB = 32768
+_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+class IndexSetupError(ValueError):
+    """Bad index/pipeline options or a feature the cluster does not have (one clear sentence)."""
+
+
+def templates_root() -> Path:
+    """Folder holding ``mappings/`` and ``pipelines/``: ``$LSR_TEMPLATES_DIR`` or the repository root."""
+    env = os.environ.get("LSR_TEMPLATES_DIR")
+    root = Path(env) if env else Path(__file__).resolve().parents[2]
+    if not (root / "mappings").is_dir() or not (root / "pipelines").is_dir():
+        raise IndexSetupError(f"template folders mappings/ and pipelines/ not found under {root} "
+                              "(set LSR_TEMPLATES_DIR)")
+    return root
+
+
+def load_template(kind: Literal["mappings", "pipelines"], name: str) -> dict[str, Any]:
+    """Parse ``<root>/<kind>/<name>.json``."""
+    path = templates_root() / kind / f"{name}.json"
+    if not path.is_file():
+        available = sorted(p.stem for p in (templates_root() / kind).glob("*.json"))
+        raise IndexSetupError(f"no template {kind}/{name}.json; available: {', '.join(available)}")
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def render(template: Any, values: dict[str, Any]) -> Any:
+    """Replace ``{{name}}`` in keys and string values.
+
+    A string that is exactly one placeholder takes the value's type (numbers, objects); a value of
+    ``None`` removes that key (or list item). Unknown placeholders raise :class:`IndexSetupError`.
+    """
+    _drop = object()
+
+    def sub_str(text: str) -> Any:
+        whole = _PLACEHOLDER.fullmatch(text)
+        if whole:
+            name = whole.group(1)
+            if name not in values:
+                raise IndexSetupError(f"template placeholder {{{{{name}}}}} has no value")
+            return _drop if values[name] is None else copy.deepcopy(values[name])
+
+        def repl(match: re.Match) -> str:
+            name = match.group(1)
+            if name not in values or values[name] is None:
+                raise IndexSetupError(f"template placeholder {{{{{name}}}}} has no value")
+            return str(values[name])
+
+        return _PLACEHOLDER.sub(repl, text)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for key, value in node.items():
+                new_key = sub_str(key) if isinstance(key, str) else key
+                new_value = walk(value)
+                if new_key is _drop or new_value is _drop:
+                    continue
+                out[str(new_key)] = new_value
+            return out
+        if isinstance(node, list):
+            return [v for v in (walk(x) for x in node) if v is not _drop]
+        if isinstance(node, str):
+            return sub_str(node)
+        return node
+
+    return walk(template)
+
+
+def validate_prune(prune_type: str | None, prune_ratio: float | None) -> tuple[str, float | None]:
+    """Validate like neural-search's ``SparseEncodingProcessorFactory`` + ``PruneUtils`` (contract 4.1).
+
+    Returns ``(prune_type, prune_ratio)`` with ``"none"`` for no pruning.
+    """
+    ptype = prune_type or "none"
+    if ptype not in PRUNE_TYPES:
+        raise IndexSetupError(f"Unknown prune type: {ptype} (allowed: {', '.join(PRUNE_TYPES)})")
+    if ptype == "none":
+        if prune_ratio is not None:
+            raise IndexSetupError("prune_ratio field is not supported when prune_type is not provided")
+        return ptype, None
+    if prune_ratio is None:
+        raise IndexSetupError(f"prune_type {ptype} needs a prune_ratio")
+    ratio = float(prune_ratio)
+    valid = {
+        "top_k": (ratio > 0 and ratio == math.floor(ratio), "prune_ratio should be positive integer."),
+        "max_ratio": (0 <= ratio < 1, "prune_ratio should be in the range [0, 1)."),
+        "alpha_mass": (0 <= ratio < 1, "prune_ratio should be in the range [0, 1)."),
+        "abs_value": (ratio >= 0, "prune_ratio should be non-negative."),
+    }[ptype]
+    if not valid[0]:
+        raise IndexSetupError(f"Illegal prune_ratio {ratio:f} for prune_type: {ptype}. {valid[1]}")
+    return ptype, (int(ratio) if ptype == "top_k" else ratio)
+
+
+def parse_prune(spec: str | None) -> tuple[str, float | None]:
+    """``"max_ratio:0.1"`` -> ``("max_ratio", 0.1)``; ``None``/``"none"`` -> ``("none", None)``."""
+    if not spec or spec == "none":
+        return "none", None
+    ptype, sep, ratio = spec.partition(":")
+    if not sep:
+        raise IndexSetupError(f"--prune must look like TYPE:RATIO (e.g. max_ratio:0.1), got {spec!r}")
+    try:
+        value = float(ratio)
+    except ValueError as err:
+        raise IndexSetupError(f"prune ratio must be a number, got {ratio!r}") from err
+    return validate_prune(ptype, value)
+
+
+def resolve_text_analyzer(requested: str, features: ClusterFeatures) -> str:
+    """``auto`` -> ``nori`` when analysis-nori is installed (or unknown: then creation tries it first)."""
+    if requested not in TEXT_ANALYZERS:
+        raise IndexSetupError(f"text analyzer must be one of {', '.join(TEXT_ANALYZERS)}, got {requested!r}")
+    if requested == "nori" and features.has_plugin("analysis-nori") is False:
+        raise IndexSetupError("the nori analyzer needs the analysis-nori plugin, which this cluster lacks "
+                              "(bin/opensearch-plugin install analysis-nori), or use --text-analyzer auto")
+    if requested == "auto":
+        return "cjk" if features.has_plugin("analysis-nori") is False else "nori"
+    return requested
+
+
+def index_body(kind: IndexKind, features: ClusterFeatures, *, text_analyzer: str = "auto",
+               ingest_pipeline: str | None = None, text_field: str = "text",
+               vector_field: str = "sparse_embedding", vocab_size: int | None = None,
+               seismic_parameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Render ``mappings/<kind>.json`` for this cluster."""
+    if kind not in INDEX_KINDS:
+        raise IndexSetupError(f"index kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
+    if text_field == vector_field:
+        raise IndexSetupError("the text field and the vector field must differ")
+    if kind == "sparse_vector":
+        if not features.sparse_vector:
+            raise IndexSetupError(f"sparse_vector (SEISMIC) needs OpenSearch 3.3+, the cluster runs "
+                                  f"{features.version_string}; use --kind rank_features")
+        if vocab_size is None:
+            raise IndexSetupError("a sparse_vector index needs the model's vocabulary size (--bundle or --vocab-size)"
+                                  " to check that token ids fit SEISMIC's 32768-id limit")
+        if vocab_size >= MAX_SPARSE_VECTOR_VOCAB:
+            raise IndexSetupError(f"vocabulary of {vocab_size} ids does not fit sparse_vector: SEISMIC stores token "
+                                  f"ids as shorts and ids >= {MAX_SPARSE_VECTOR_VOCAB} break the ANN path (contract "
+                                  f"4.3); use --kind rank_features")
+    analyzer = resolve_text_analyzer(text_analyzer, features)
+    body = render(load_template("mappings", kind), {
+        "text_field": text_field, "vector_field": vector_field, "ingest_pipeline": ingest_pipeline})
+    index_settings = body.setdefault("settings", {}).setdefault("index", {})
+    if analyzer != "nori":
+        index_settings.pop("analysis", None)
+        body["mappings"]["properties"][text_field]["analyzer"] = analyzer
+    if kind == "sparse_vector" and seismic_parameters:
+        params = body["mappings"]["properties"][vector_field]["method"]["parameters"]
+        unknown = set(seismic_parameters) - {"n_postings", "cluster_ratio", "summary_prune_ratio",
+                                             "approximate_threshold", "quantization_ceiling_ingest",
+                                             "quantization_ceiling_search"}
+        if unknown:
+            raise IndexSetupError(f"unknown SEISMIC parameters: {', '.join(sorted(unknown))}")
+        params.update(seismic_parameters)
+    return body
+
+
+def ingest_pipeline_body(model_id: str, features: ClusterFeatures, *, text_field: str = "text",
+                         vector_field: str = "sparse_embedding", prune_type: str | None = None,
+                         prune_ratio: float | None = None, batch_size: int | None = None,
+                         skip_existing: bool = False) -> dict[str, Any]:
+    """Render ``pipelines/ingest_sparse_encoding.json`` and add the options the cluster supports."""
+    if not model_id:
+        raise IndexSetupError("the ingest pipeline needs the SPARSE_ENCODING model id (from deploy-model)")
+    ptype, ratio = validate_prune(prune_type, prune_ratio)
+    body = render(load_template("pipelines", "ingest_sparse_encoding"),
+                  {"model_id": model_id, "text_field": text_field, "vector_field": vector_field})
+    proc = body["processors"][0]["sparse_encoding"]
+    if ptype != "none":
+        if not features.prune:
+            raise IndexSetupError(f"prune_type/prune_ratio need OpenSearch 2.19+, the cluster runs "
+                                  f"{features.version_string}; prune at export time instead (lsr-os export --prune)")
+        proc["prune_type"], proc["prune_ratio"] = ptype, ratio
+    if batch_size is not None:
+        if batch_size < 1:
+            raise IndexSetupError(f"batch_size must be >= 1, got {batch_size}")
+        if not features.batch_size:
+            raise IndexSetupError(f"batch_size needs OpenSearch 2.16+, the cluster runs {features.version_string}")
+        proc["batch_size"] = batch_size
+    if skip_existing:
+        if not features.skip_existing:
+            raise IndexSetupError(f"skip_existing needs OpenSearch 3.0+, the cluster runs {features.version_string}")
+        proc["skip_existing"] = True
+    return body
+
+
+def two_phase_pipeline_body(features: ClusterFeatures, *, prune_ratio: float = 0.4, expansion_rate: float = 5.0,
+                            max_window_size: int = 10000) -> dict[str, Any]:
+    """Render ``pipelines/search_two_phase.json`` (neural-search defaults; ``prune_type`` only on 2.19+)."""
+    if not features.two_phase:
+        raise IndexSetupError(f"the two-phase processor needs OpenSearch 2.15+, the cluster runs {features.version_string}")
+    validate_prune("max_ratio", prune_ratio)
+    if expansion_rate < 1.0:
+        raise IndexSetupError(f"expansion_rate must be >= 1.0, got {expansion_rate}")
+    if max_window_size < 50:
+        raise IndexSetupError(f"max_window_size must be >= 50, got {max_window_size}")
+    body = load_template("pipelines", "search_two_phase")
+    params = body["request_processors"][0]["neural_sparse_two_phase_processor"]["two_phase_parameter"]
+    params.update(prune_ratio=prune_ratio, expansion_rate=expansion_rate, max_window_size=max_window_size)
+    if not features.prune:
+        params.pop("prune_type", None)
+    return body
+
+
+def hybrid_pipeline_body(features: ClusterFeatures, *, technique: HybridTechnique = "auto",
+                         weights: tuple[float, float] = (0.3, 0.7), rank_constant: int = 60) -> dict[str, Any]:
+    """Hybrid BM25 + neural_sparse fusion: ``rrf`` (2.19+) or min-max ``normalization`` (2.10+).
+
+    ``auto`` picks RRF where available (rank-based, no score calibration needed), else normalization.
+    ``weights`` are ``(bm25, neural_sparse)`` and must sum to 1.
+    """
+    if technique not in HYBRID_TECHNIQUES:
+        raise IndexSetupError(f"technique must be one of {', '.join(HYBRID_TECHNIQUES)}, got {technique!r}")
+    if not features.hybrid:
+        raise IndexSetupError(f"hybrid search needs OpenSearch 2.10+, the cluster runs {features.version_string}")
+    if technique == "auto":
+        technique = "rrf" if features.rrf else "normalization"
+    if technique == "rrf":
+        if not features.rrf:
+            raise IndexSetupError(f"RRF (score-ranker-processor) needs OpenSearch 2.19+, the cluster runs "
+                                  f"{features.version_string}; use --technique normalization")
+        if rank_constant < 1:
+            raise IndexSetupError(f"rank_constant must be >= 1, got {rank_constant}")
+        body = load_template("pipelines", "search_hybrid_rrf")
+        body["phase_results_processors"][0]["score-ranker-processor"]["combination"]["rank_constant"] = rank_constant
+        return body
+    if len(weights) != 2 or any(w < 0 for w in weights) or abs(sum(weights) - 1.0) > 1e-4:
+        raise IndexSetupError(f"weights must be two non-negative numbers (bm25, neural_sparse) summing to 1, got {weights}")
+    body = load_template("pipelines", "search_hybrid_normalization")
+    comb = body["phase_results_processors"][0]["normalization-processor"]["combination"]
+    comb["parameters"]["weights"] = [float(w) for w in weights]
+    return body
+
+
+def _reason(err: Exception) -> str:
+    from .mlcommons import _reason as reason
+
+    return reason(err)
+
+
+def create_index(client, name: str, kind: IndexKind, features: ClusterFeatures, **options: Any) -> dict[str, Any]:
+    """Create the index; with ``text_analyzer="auto"`` and unknown plugins, try nori then fall back to cjk.
+
+    Returns ``{"index": name, "kind": kind, "text_analyzer": ..., "body": <what was sent>}``.
+    """
+    from opensearchpy.exceptions import TransportError
+
+    requested = options.pop("text_analyzer", "auto")
+    body = index_body(kind, features, text_analyzer=requested, **options)
+    analyzer = _analyzer_of(body, options.get("text_field", "text"))
+    try:
+        client.indices.create(index=name, body=body)
+    except TransportError as err:
+        reason = _reason(err)
+        nori_missing = "nori" in reason and ("tokenizer" in reason or "analyzer" in reason)
+        if requested == "auto" and analyzer == "korean" and nori_missing:
+            logger.warning("analysis-nori is not installed: the text field falls back to the cjk analyzer")
+            body = index_body(kind, features.__class__(features.version, frozenset()), text_analyzer="auto", **options)
+            analyzer = _analyzer_of(body, options.get("text_field", "text"))
+            try:
+                client.indices.create(index=name, body=body)
+            except TransportError as err2:
+                raise IndexSetupError(f"creating index {name} failed (HTTP {err2.status_code}): {_reason(err2)}") from err2
+        elif "resource_already_exists" in str(getattr(err, "error", "")) or "already exists" in reason:
+            raise IndexSetupError(f"index {name} already exists; delete it or pick another name") from err
+        else:
+            raise IndexSetupError(f"creating index {name} failed (HTTP {err.status_code}): {reason}") from err
+    return {"index": name, "kind": kind, "text_analyzer": "nori" if analyzer == "korean" else analyzer, "body": body}
+
+
+def _analyzer_of(body: dict[str, Any], text_field: str) -> str:
+    return body["mappings"]["properties"][text_field].get("analyzer", "standard")
+
+
+def put_ingest_pipeline(client, pipeline_id: str, body: dict[str, Any]) -> None:
+    from opensearchpy.exceptions import TransportError
+
+    try:
+        client.ingest.put_pipeline(id=pipeline_id, body=body)
+    except TransportError as err:
+        raise IndexSetupError(f"creating ingest pipeline {pipeline_id} failed (HTTP {err.status_code}): "
+                              f"{_reason(err)}") from err
+
+
+def put_search_pipeline(client, pipeline_id: str, body: dict[str, Any]) -> None:
+    from opensearchpy.exceptions import TransportError
+
+    try:
+        client.search_pipeline.put(id=pipeline_id, body=body)
+    except TransportError as err:
+        raise IndexSetupError(f"creating search pipeline {pipeline_id} failed (HTTP {err.status_code}): "
+                              f"{_reason(err)}") from err
+
+
+def attach_search_pipeline(client, index: str, pipeline_id: str) -> None:
+    """``PUT <index>/_settings {"index.search.default_pipeline": <id>}``."""
+    from opensearchpy.exceptions import TransportError
+
+    try:
+        client.indices.put_settings(index=index, body={"index.search.default_pipeline": pipeline_id})
+    except TransportError as err:
+        raise IndexSetupError(f"attaching search pipeline {pipeline_id} to {index} failed (HTTP {err.status_code}): "
+                              f"{_reason(err)}") from err
