@@ -78,6 +78,46 @@ def tokenizer_train_cmd(corpus: str, vocab_size: int, out_dir: str, kind: str, m
 
 # === section: export / deploy / index setup (OpenSearch) ===
 
+# --- H-export: export ---
+@cli.command("export")
+@click.argument("model_dir", type=str)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Bundle directory to write (sparse_encoding.zip, sparse_tokenize.zip, manifest.json).")
+@click.option("--idf-corpus", type=click.Path(exists=True), default=None,
+              help="Compute idf.json for the query side from this corpus: a BEIR corpus.jsonl (or its "
+                   "directory) or a text file with one document per line.")
+@click.option("--idf-json", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Ship this idf.json instead (e.g. one carried over from a source model).")
+@click.option("--prune", default=None, metavar="max_ratio:R",
+              help="Prune inside the model graph: keep weights >= R * the document's max weight (0 <= R < 1).")
+@click.option("--key-format", type=click.Choice(["auto", "word", "token_id"]), default="auto", show_default=True,
+              help="Token keys: 'word' (single-id decode, any OpenSearch), 'token_id' (ids, OpenSearch 3.2+); "
+                   "'auto' picks token_id only when the tokenizer's decodes collide.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Run the zip the way ML Commons does and compare with the Python encoder (within 1e-4).")
+@click.option("--name", default=None, help="ML Commons model name (default: the model directory's name).")
+@click.option("--version", "model_version", default="1.0.0", show_default=True, help="ML Commons model version.")
+def export_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf_json: str | None, prune: str | None,
+               key_format: str, verify: bool, name: str | None, model_version: str) -> None:
+    """Export MODEL_DIR (a SparseEncoder directory or `splade-tiny`) as an OpenSearch ML Commons bundle.
+
+    \b
+    Writes OUT/sparse_encoding.zip (TorchScript + tokenizer.json, function SPARSE_ENCODING),
+    OUT/sparse_tokenize.zip (tokenizer.json + idf.json, SPARSE_TOKENIZE, the inference-free
+    query side) and OUT/manifest.json (hashes, vocabulary, versions), then prints the manifest.
+    Next: `lsr-os deploy-model OUT --url ...`.
+    """
+    from .opensearch.artifacts import ExportError, export_bundle
+    from .opensearch.conformance import ConformanceError
+
+    try:
+        manifest = export_bundle(model_dir, out_dir, idf_corpus=idf_corpus, prune=prune, key_format=key_format,
+                                 verify=verify, name=name, version=model_version, idf_json=idf_json)
+    except (ExportError, ConformanceError, ValueError) as err:
+        fail(str(err))
+    echo_json(manifest)
+
+
 # --- H-cluster: deploy-model / create-index / create-pipeline (below H-export's `export`) ---
 from .opensearch.client import connection_options as _connection_options  # noqa: E402
 
