@@ -16,6 +16,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import numpy as np
+
 __all__ = [
     "DJL_MAX_LENGTH",
     "MAX_QUERY_WEIGHT",
@@ -48,19 +50,31 @@ def backend_tokenizer(tokenizer: Any):
 
     if isinstance(tokenizer, (str, os.PathLike)):
         path = os.fspath(tokenizer)
-        if os.path.isdir(path):
-            path = os.path.join(path, "tokenizer.json")
-        if not os.path.exists(path):
-            raise ValueError(f"no tokenizer.json at {tokenizer!s}")
-        tok = Tokenizer.from_file(path)
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "tokenizer.json")):
+            # vocab.txt + tokenizer_config.json only (like kobigbird): convert to fast, as export does
+            from transformers import AutoTokenizer
+
+            hf = AutoTokenizer.from_pretrained(path, use_fast=True)
+            if not hasattr(hf, "backend_tokenizer"):
+                raise ValueError(f"{tokenizer!s} holds no tokenizer convertible to tokenizer.json")
+            tok = Tokenizer.from_str(hf.backend_tokenizer.to_str())
+        else:
+            if os.path.isdir(path):
+                path = os.path.join(path, "tokenizer.json")
+            if not os.path.exists(path):
+                raise ValueError(f"no tokenizer.json at {tokenizer!s}")
+            tok = Tokenizer.from_file(path)
     elif isinstance(tokenizer, Tokenizer):
         tok = Tokenizer.from_str(tokenizer.to_str())
     elif hasattr(tokenizer, "backend_tokenizer"):
         tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     else:
         raise ValueError(f"expected a fast tokenizer, tokenizers.Tokenizer or path, got {type(tokenizer).__name__}")
+    # DJL >= 0.28: truncation max_length from tokenizer.json when set, else 512, capped at 512
+    trunc = tok.truncation
+    max_length = min(int(trunc["max_length"]), DJL_MAX_LENGTH) if trunc and trunc.get("max_length") else DJL_MAX_LENGTH
     tok.no_padding()
-    tok.enable_truncation(DJL_MAX_LENGTH)
+    tok.enable_truncation(max_length, strategy="longest_first", direction="right", stride=0)
     return tok
 
 
@@ -130,8 +144,8 @@ def tokenize_query(
         token = tok.decode([tid], skip_special_tokens=True)
         if token == "":
             continue
-        # Java: idf.getOrDefault(token, 1.0f); the value is a Java float.
-        weight = float(idf.get(token, 1.0)) if idf is not None else 1.0
+        # Java: idf.getOrDefault(token, 1.0f) on a Gson Map<String, Float>: float32 values
+        weight = float(np.float32(idf.get(token, 1.0))) if idf is not None else 1.0
         out[str(tid) if key_format == "token_id" else token] = weight
     return out
 

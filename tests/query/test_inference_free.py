@@ -1,0 +1,52 @@
+"""Doc-only encoders: Router(query=SparseStaticEmbedding(IDF), document=MLM+SpladePooling) save/load."""
+from __future__ import annotations
+
+import torch
+
+from opensearch_lsr.inference_free import (build_inference_free, idf_weight_vector, inference_free_parts,
+                                           is_inference_free, load_inference_free)
+from opensearch_lsr.opensearch.query import tokenize_query
+
+
+def test_router_build_save_load_and_query_side_equals_sparse_tokenize(tiny_source_dir, tmp_path):
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import Router, SparseStaticEmbedding
+
+    idf = {"cat": 4.0, "house": 2.5, "the": 0.1, "##s": 0.75}
+    out = tmp_path / "ifree"
+    built = build_inference_free(tiny_source_dir, out, idf=idf)
+    assert is_inference_free(out) and not is_inference_free(tiny_source_dir)
+    model = SparseEncoder(str(out), device="cpu")  # plain sentence-transformers load
+    assert isinstance(model[0], Router)
+    assert isinstance(model[0].sub_modules["query"][0], SparseStaticEmbedding)
+    assert load_inference_free(out).get_embedding_dimension() == built.get_embedding_dimension()
+
+    texts = ["the cat in the house", "cats cats the", "paris france road", "unknownword"]
+    q = model.encode_query(texts, convert_to_sparse_tensor=False)
+    keys = [model.tokenizer.convert_ids_to_tokens(i) for i in range(q.shape[1])]
+    for text, row in zip(texts, q):
+        got = {keys[i]: float(row[i]) for i in torch.nonzero(row).ravel().tolist()}
+        assert got == tokenize_query(text, model.tokenizer, idf)
+
+    # the document route is the original MLM + SpladePooling: same vectors as the source model
+    from opensearch_lsr.transfer.surgery import load_sparse_encoder
+
+    src = load_sparse_encoder(str(tiny_source_dir))
+    d_src = src.encode_document(texts, convert_to_tensor=True)
+    d_new = model.encode_document(texts, convert_to_tensor=True)
+    assert torch.allclose(d_src.to_dense() if d_src.is_sparse else d_src,
+                          d_new.to_dense() if d_new.is_sparse else d_new, atol=1e-6)
+
+    transformer_dir, idf_back = inference_free_parts(out)
+    assert (transformer_dir / "config.json").exists() and idf_back == idf
+
+
+def test_idf_weight_vector_defaults_and_specials(tiny_source_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_source_dir))
+    w = idf_weight_vector(tok, {"cat": 3.0})
+    assert w[tok.convert_tokens_to_ids("cat")] == 3.0
+    assert w[tok.convert_tokens_to_ids("dog")] == 1.0
+    assert all(w[i] == 0.0 for i in tok.all_special_ids)
+    assert torch.all(idf_weight_vector(tok, None)[[tok.convert_tokens_to_ids("dog")]] == 1.0)
