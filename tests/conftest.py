@@ -16,15 +16,23 @@ TARGET_WORDS = ["집", "고양이", "개", "수도", "도시", "서울", "한국
                 "house", "cat", "seoul", "##s", "##이", "##의", "는", "은", "를"]
 
 
-def _write_wordpiece(dirpath: Path, words: list[str], lowercase: bool) -> None:
-    from transformers import BertTokenizerFast
+def _write_wordpiece(dirpath: Path, words: list[str], lowercase: bool, save_fast: bool = True) -> None:
+    """vocab.txt + tokenizer_config.json (the kobigbird layout); with ``save_fast`` also tokenizer.json."""
+    import json
+
+    from transformers import AutoTokenizer
 
     dirpath.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
     (dirpath / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(dirpath / "vocab.txt"), do_lower_case=lowercase,
-                            strip_accents=None if lowercase else False, model_max_length=512)
-    tok.save_pretrained(str(dirpath))
+    (dirpath / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "strip_accents": None,
+        "model_max_length": 512, "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+        "cls_token": "[CLS]", "mask_token": "[MASK]"}), encoding="utf-8")
+    if save_fast:
+        tok = AutoTokenizer.from_pretrained(str(dirpath), use_fast=True)
+        assert len(tok) == len(vocab), (len(tok), len(vocab))
+        tok.save_pretrained(str(dirpath))
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +58,7 @@ def tiny_source_dir(tmp_path_factory) -> Path:
 def tiny_target_tokenizer_dir(tmp_path_factory) -> Path:
     """A tiny cased Korean+English WordPiece tokenizer (vocab.txt + tokenizer_config, like kobigbird)."""
     path = tmp_path_factory.mktemp("tiny_target_tok")
-    _write_wordpiece(path, TARGET_WORDS, lowercase=False)
+    _write_wordpiece(path, TARGET_WORDS, lowercase=False, save_fast=False)
     return path
 
 

