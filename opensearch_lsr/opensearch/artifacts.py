@@ -292,6 +292,15 @@ def _resolve_encoder(model_dir: str):
         raise ExportError(f"model directory {str(model_dir)!r} does not exist")
     if not (Path(path) / "config.json").exists() and not (Path(path) / "modules.json").exists():
         raise ExportError(f"{str(model_dir)!r} is not a SparseEncoder directory (no modules.json or config.json)")
+    root_config = Path(path) / "config.json"
+    if root_config.exists() and not (Path(path) / "modules.json").exists():
+        try:
+            archs = json.loads(root_config.read_text(encoding="utf-8")).get("architectures") or []
+        except (OSError, json.JSONDecodeError) as err:
+            raise ExportError(f"{root_config} is not valid JSON: {err}") from err
+        if archs and not any(str(a).endswith("ForMaskedLM") for a in archs):
+            # loading it as fill-mask would silently attach a random MLM head
+            raise ExportError(f"{str(model_dir)!r} holds a {archs[0]}, not a masked-LM sparse encoder")
     try:
         encoder = load_sparse_encoder(path)
     except TransferInputError as err:
