@@ -79,7 +79,7 @@ def test_cli_tokenizer_train(tmp_path):
     res = runner.invoke(cli, ["tokenizer", "train", "--corpus", str(corpus), "--vocab-size", "300",
                               "--out", str(tmp_path / "tok"), "--kind", "bpe", "--min-frequency", "1"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["kind"] == "bpe"
+    assert json.loads(res.stdout)["kind"] == "bpe"
     assert load_target_tokenizer(str(tmp_path / "tok")).tokenize("서울")[0].startswith("서")
     res = runner.invoke(cli, ["tokenizer", "train", "--corpus", str(tmp_path / "nope.txt"), "--vocab-size", "300",
                               "--out", str(tmp_path / "x")])
