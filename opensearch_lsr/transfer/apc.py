@@ -136,17 +136,20 @@ def find_bias_shift(probe: ActivationProbe, target_rate: float, tol: float = 5e-
     logits = probe.position_logits
     lo = -float(logits.max()) - 1.0  # rate(lo) == 0
     hi = -float(logits.min()) + 1.0  # rate(hi) == 1
-    mid = 0.0
+    best, best_gap = 0.0, float("inf")
     for it in range(1, max_iter + 1):
         mid = (lo + hi) / 2
         rate = probe.rate(mid)
-        if abs(rate - target_rate) <= tol:
-            return mid, it
+        if abs(rate - target_rate) < best_gap:
+            best, best_gap = mid, abs(rate - target_rate)
+        if best_gap <= tol:
+            return best, it
         if rate < target_rate:
             lo = mid
         else:
             hi = mid
-    return mid, max_iter
+    # the rate is a step function: tied logits can make the target unreachable within tol
+    return best, max_iter
 
 
 @torch.no_grad()

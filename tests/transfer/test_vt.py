@@ -315,3 +315,17 @@ def test_vt_rejects_unknown_source_and_target_model(tmp_path, tiny_target_tokeni
     with pytest.raises(TransferInputError, match="could not be loaded"):
         vt_transfer(VTConfig(source=str(tiny_source_dir), target_tokenizer=str(tiny_target_tokenizer_dir),
                              out=str(tmp_path / "o"), init="semantic", target_model=str(tmp_path / "nope")))
+
+
+def test_apc_source_rate_matches_the_untouched_source(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir):
+    words = ["집", "고양이", "서울", "한국", "house", "cat", "seoul", "강", "물", "책", "the", "city", "는", "를"]
+    rng = np.random.default_rng(0)
+    corpus = tmp_path / "unique.txt"  # unique passages: repeated ones would tie logits and coarsen the rate
+    corpus.write_text("\n".join(" ".join(rng.choice(words, size=int(rng.integers(4, 12)))) for _ in range(40)),
+                      encoding="utf-8")
+    out, cfg = _vt(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir, init="subtoken", corpus=str(corpus),
+                   apc=True, apc_target_rate="source", apc_probe_texts=12, max_length=16)
+    assert 0.0 < cfg["apc_source_rate"] < 1.0
+    assert cfg["apc"]["target_rate"] == pytest.approx(cfg["apc_source_rate"])
+    assert cfg["apc"]["rate_after"] == pytest.approx(cfg["apc_source_rate"], abs=2e-3)
+    assert cfg["apc"]["probe_documents"] == 12 and cfg["apc"]["probe_queries"] == 12
