@@ -60,8 +60,9 @@ def transfer() -> None:
               help="Source tokens that may receive mass ('meaningful' drops [unused] and single non-ASCII chars).")
 @click.option("--centering", type=click.Choice(["none", "joint", "per-vocab", "whiten"]), default=None,
               help="Bridge-space centring (per-vocab removes each vocabulary's mean direction).")
-@click.option("--continuation", type=click.Choice(["strip", "same-kind"]), default=None,
-              help="'##x' embedded as 'x'; 'same-kind' also keeps continuations with continuations.")
+@click.option("--continuation", type=click.Choice(["strip", "same-kind", "dedupe", "dedupe-same-kind"]), default=None,
+              help="'##x' is embedded as 'x'; 'dedupe' drops '##house' when 'house' exists; 'same-kind' keeps "
+                   "continuations with continuations.")
 @click.option("--prompt", type=click.Choice(["passage", "query", "none"]), default=None, help="Bridge prompt.")
 @click.option("--top-k", type=int, default=None, help="First candidate count of the exact sparse fast path.")
 @click.option("--seed", type=int, default=None, help="Seed of the sampling baselines.")
@@ -423,7 +424,215 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
 
 # === section: search / eval / quickstart ===
 
+
+def _search_connection_options(func):
+    """The shared cluster options (H-cluster's ``connection_options``), when that module is present."""
+    try:
+        from .opensearch.client import connection_options
+    except ImportError:  # pragma: no cover
+        return func
+    return connection_options(func)
+
+
+@cli.command("search")
+@click.option("--index", "index_ref", required=True,
+              help="Local index directory (--backend local) or OpenSearch index name (--backend opensearch).")
+@click.argument("query_text")
+@click.option("--mode", type=click.Choice(["model", "tokens", "analyzer"]), default="tokens", show_default=True,
+              help="model: query_text + model_id; tokens: client-side query_tokens; analyzer: query_text + analyzer.")
+@click.option("--model", "model", default=None,
+              help="Encoder dir / export bundle: the query side for --mode tokens, the model for local --mode model.")
+@click.option("--model-id", default=None, help="Deployed ML Commons model id (--mode model on OpenSearch).")
+@click.option("--analyzer", default=None, help="Analyzer name for --mode analyzer (e.g. bert-uncased).")
+@click.option("--field", default=None, help="rank_features field (default: the index's only one, else passage_embedding).")
+@click.option("--size", type=int, default=10, show_default=True)
+@click.option("--filter", "filters", multiple=True, metavar="FIELD=VALUE", help="term filter (repeatable).")
+@click.option("--show-query", is_flag=True, help="Print the request body sent.")
+@click.option("--explain", is_flag=True, help="List the matching tokens and their contributions per hit.")
+@click.option("--backend", type=click.Choice(["local", "opensearch"]), default="local", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the raw response as JSON.")
+@_search_connection_options
+def search_cmd(index_ref: str, query_text: str, mode: str, model: str | None, model_id: str | None,
+               analyzer: str | None, field: str | None, size: int, filters: tuple[str, ...], show_query: bool,
+               explain: bool, backend: str, as_json: bool, **conn) -> None:
+    """Search an index with a standard neural_sparse query and print the hits."""
+    from .opensearch.query import (bool_query, explain_contributions, neural_sparse_query, query_tokens_for,
+                                   search_body)
+
+    parsed_filters = {}
+    for item in filters:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--filter must look like FIELD=VALUE, got {item!r}")
+        parsed_filters[key] = value
+    try:
+        if backend == "local":
+            from .local.index import LocalIndex, LocalIndexError
+
+            try:
+                target = LocalIndex.open(index_ref)
+            except LocalIndexError as err:
+                fail(err.reason)
+            fields = target.vector_fields
+            version = None
+        else:
+            from .opensearch.client import client_from_options, detect_features
+
+            client = client_from_options(**conn)
+            version = detect_features(client, detect_plugins=False).version
+            fields = []
+        field = field or (fields[0] if len(fields) == 1 else "passage_embedding")
+        if mode == "tokens":
+            if not model:
+                fail("--mode tokens needs --model (an encoder dir or export bundle) to compute query_tokens")
+            clause = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model), version=version)
+        elif mode == "model":
+            mid = model_id or model
+            if not mid:
+                fail("--mode model needs --model-id (OpenSearch) or --model (a local model dir)")
+            if backend == "local" and model and not model_id:
+                mid = str(model)
+            clause = neural_sparse_query(field, query_text=query_text, model_id=mid, version=version)
+        else:
+            clause = neural_sparse_query(field, query_text=query_text, analyzer=analyzer, version=version)
+        body = search_body(bool_query(clause, parsed_filters or None), size=size,
+                           source={"excludes": [field]}, explain=explain)
+    except ValueError as err:
+        fail(str(err))
+    if show_query:
+        click.echo("# request body")
+        echo_json(body)
+    try:
+        resp = target.search(body) if backend == "local" else client.search(index=index_ref, body=body)
+    except ValueError as err:
+        fail(getattr(err, "reason", str(err)))
+    except Exception as err:  # noqa: BLE001 - opensearch-py TransportError etc.: one sentence
+        fail(f"search failed: {err}")
+    if as_json:
+        echo_json(resp)
+        return
+    total = resp["hits"].get("total", {})
+    click.echo(f"{total.get('value', len(resp['hits']['hits']))} hits ({resp.get('took', 0)} ms)")
+    for rank, hit in enumerate(resp["hits"]["hits"], 1):
+        src = hit.get("_source") or {}
+        text = next((v for v in src.values() if isinstance(v, str)), "")
+        click.echo(f"{rank:>3}. {hit['_score']:.4f}  {hit['_id']}  {text[:100]}")
+        if explain:
+            parts = explain_contributions(hit)
+            click.echo("       " + ", ".join(f"{tok}={val:.3f}" for tok, val in parts[:12]))
+
+
+@cli.command("eval")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
+@click.option("--split", default="dev", show_default=True)
+@click.option("--model", required=True, help="SparseEncoder dir (bi-encoder or inference-free Router) or 'splade-tiny'.")
+@click.option("--query-mode", type=click.Choice(["model", "tokens"]), default="model", show_default=True,
+              help="model: the model's query encoder; tokens: SPARSE_TOKENIZE with IDF (inference-free).")
+@click.option("--backend", type=click.Choice(["local", "opensearch"]), default="local", show_default=True)
+@click.option("--index", "index_ref", default=None,
+              help="Local: index dir to (re)use (default OUT/index); OpenSearch: the filled index name.")
+@click.option("--model-id", default=None, help="OpenSearch + --query-mode model: the deployed model id.")
+@click.option("--idf", default=None, help="idf.json / sparse_tokenize.zip for --query-mode tokens.")
+@click.option("--max-queries", type=int, default=None, help="First N judged queries.")
+@click.option("--max-docs", type=int, default=None, help="Cap the corpus (judged documents are always kept).")
+@click.option("--prune-levels", default="0,0.05,0.1,0.2,0.3,0.5", show_default=True,
+              help="Document max_ratio pruning levels of the sweep ('' for none).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output dir: report.json, report.md, run.trec, effectiveness_vs_flops.png.")
+@_search_connection_options
+def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str, index_ref: str | None,
+             model_id: str | None, idf: str | None, max_queries: int | None, max_docs: int | None,
+             prune_levels: str, out_dir: str, **conn) -> None:
+    """Evaluate an encoder through a backend: nDCG@10, MRR@10, Recall@100, FLOPS, active dims."""
+    from .evaluation.pipeline import EvalConfig, run_evaluation
+
+    try:
+        levels = [float(x) for x in prune_levels.split(",") if x.strip()]
+        config = EvalConfig(dataset=dataset, split=split, model=model, query_mode=query_mode, backend=backend,
+                            index=index_ref, model_id=model_id, idf=idf, max_queries=max_queries,
+                            max_docs=max_docs, prune_levels=levels)
+        client = None
+        if backend == "opensearch":
+            from .opensearch.client import client_from_options
+
+            client = client_from_options(**conn)
+        result = run_evaluation(config, out_dir, client=client, show_progress_bar=True)
+    except (ValueError, FileNotFoundError) as err:
+        fail(getattr(err, "reason", str(err)))
+    echo_json({"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"]})
+
+
+@cli.command("quickstart")
+@click.option("--workdir", default="runs/quickstart", show_default=True, type=click.Path(file_okay=False))
+@click.option("--data", type=click.Choice(["auto", "shared", "packaged"]), default="auto", show_default=True,
+              help="shared: kobigbird vocab + MS MARCO-ko (../shared/data); packaged: Korean text shipped in a "
+                   "registry package + a toolkit-trained vocabulary; auto: shared when present.")
+@click.option("--max-docs", type=int, default=None, help="Cap the corpus (default 600 packaged / 1500 shared).")
+@click.option("--max-queries", type=int, default=None, help="Cap the evaluated queries (default 100).")
+def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: int | None) -> None:
+    """Run the whole Korean chain locally: transfer, export (+ conformance), index, search, evaluate."""
+    from .quickstart import QuickstartConfig, run_quickstart
+
+    try:
+        config = QuickstartConfig(workdir=workdir, data=data, max_docs=max_docs, max_queries=max_queries)
+        run_quickstart(config, echo=click.echo)
+    except (ValueError, FileNotFoundError) as err:
+        fail(str(err))
+
 # === section: train ===
+
+
+@cli.command("train")
+@click.option("--model", required=True, help="Starting encoder: SparseEncoder dir (e.g. a transfer output), "
+              "'splade-tiny' or a hub id.")
+@click.option("--dataset", required=True, help="BEIR-layout directory or JSONL of (query, positive[, negative, "
+              "score|scores]) rows.")
+@click.option("--split", default="train", show_default=True, help="BEIR split to train on.")
+@click.option("--out", required=True, help="Output directory (fine-tuned SparseEncoder + logs).")
+@click.option("--loss", type=click.Choice(["auto", "infonce", "marginmse", "kldiv"]), default="auto",
+              show_default=True, help="auto: marginmse when rows carry teacher scores, else infonce.")
+@click.option("--inference-free", is_flag=True, help="Doc-only encoder: frozen IDF query side (OpenSearch doc-only).")
+@click.option("--idf", default=None, help="idf.json for the inference-free query side (default: BEIR corpus IDF).")
+@click.option("--hard-negatives", type=click.Choice(["none", "bm25"]), default="none", show_default=True)
+@click.option("--max-pairs", type=int, default=0, show_default=True, help="Use the first N pairs (0 = all).")
+@click.option("--epochs", type=float, default=1.0, show_default=True)
+@click.option("--max-steps", type=int, default=-1, show_default=True, help="Stop after N steps (overrides epochs).")
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--lr", type=float, default=1e-4, show_default=True)
+@click.option("--warmup-ratio", type=float, default=0.05, show_default=True)
+@click.option("--doc-reg", type=float, default=1e-4, show_default=True, help="Document FLOPS weight.")
+@click.option("--query-reg", type=float, default=3e-4, show_default=True, help="Query FLOPS weight.")
+@click.option("--max-seq-length", type=int, default=128, show_default=True)
+@click.option("--eval-split", default="dev", show_default=True, help="BEIR split for dev evaluation ('' = none).")
+@click.option("--eval-queries", type=int, default=200, show_default=True, help="Dev-subset queries (0 = all).")
+@click.option("--eval-corpus", type=int, default=2000, show_default=True, help="Dev-subset documents (0 = all).")
+@click.option("--eval-steps", type=int, default=0, show_default=True, help="Dev-subset eval every N steps (0 = end).")
+@click.option("--no-final-eval", is_flag=True, help="Skip the full dev evaluation at the end.")
+@click.option("--save-steps", type=int, default=0, show_default=True, help="Checkpoint every N steps (0 = none).")
+@click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in OUT/checkpoints.")
+@click.option("--skip-bad-rows", is_flag=True, help="Log and drop bad rows instead of failing.")
+@click.option("--no-fused", is_flag=True, help="Use the stock decoder + SpladePooling (slower, same numbers).")
+@click.option("--bf16", is_flag=True, help="bfloat16 mixed precision (CUDA only).")
+@click.option("--seed", type=int, default=42, show_default=True)
+def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negatives, max_pairs, epochs, max_steps,
+              batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
+              eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, seed):
+    """Fine-tune a sparse encoder (SpladeLoss: InfoNCE / MarginMSE / KL + FLOPS) on query-passage pairs."""
+    from .training import TrainConfig, train
+
+    config = TrainConfig(
+        model=model, dataset=dataset, split=split, out=out, loss=loss, inference_free=inference_free, idf=idf,
+        hard_negatives=hard_negatives, max_pairs=max_pairs, epochs=epochs, max_steps=max_steps,
+        batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,
+        query_regularizer_weight=query_reg, max_seq_length=max_seq_length, eval_split=eval_split or None,
+        eval_queries=eval_queries, eval_corpus=eval_corpus, eval_steps=eval_steps, final_eval=not no_final_eval,
+        save_steps=save_steps, resume=resume, fused=not no_fused, bf16=bf16, seed=seed,
+    )
+    try:
+        result = train(config, skip_bad_rows=skip_bad_rows)
+    except (ValueError, FileNotFoundError) as err:  # TrainingDataError / TransferInputError are ValueErrors
+        fail(str(err))
+    echo_json(result.to_dict())
 
 
 def main() -> None:

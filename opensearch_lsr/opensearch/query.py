@@ -29,6 +29,8 @@ __all__ = [
     "bool_query",
     "search_body",
     "parse_version",
+    "query_tokens_for",
+    "explain_contributions",
 ]
 
 #: DJL truncates model inputs at 512 tokens (padding is on, DJL >= 0.28; contract §2.1/§2.2).
@@ -254,3 +256,59 @@ def search_body(
     if explain:
         body["explain"] = True
     return body
+
+
+def query_tokens_for(text: str, model: str | os.PathLike, idf: Mapping[str, float] | None = None,
+                     key_format: KeyFormat = "word") -> dict[str, float]:
+    """Client-side ``query_tokens`` for ``text`` with ``model``, as the cluster would compute them.
+
+    * an export bundle dir (``sparse_tokenize.zip``) or a SPARSE_TOKENIZE zip: ``tokenize_query``
+      with its ``tokenizer.json``/``idf.json``;
+    * an inference-free encoder dir (``idf.json`` next to a Router) or any model with ``idf``
+      given: ``tokenize_query`` with that IDF;
+    * otherwise a bi-encoder: its query encoder's weights (must lie in (0, 64]).
+    """
+    import json
+    import zipfile
+    from pathlib import Path
+
+    path = Path(model)
+    zpath = path / "sparse_tokenize.zip" if path.is_dir() else path
+    if zpath.suffix == ".zip" and zpath.exists():
+        from tokenizers import Tokenizer
+
+        with zipfile.ZipFile(zpath) as zf:
+            tok = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
+            zidf = json.loads(zf.read("idf.json")) if "idf.json" in zf.namelist() else None
+        return tokenize_query(text, backend_tokenizer(tok), idf if idf is not None else zidf, key_format)
+    from ..inference_free import is_inference_free
+
+    if idf is None and is_inference_free(path) and (path / "idf.json").exists():
+        idf = json.loads((path / "idf.json").read_text(encoding="utf-8"))
+    if idf is not None:
+        from transformers import AutoTokenizer
+
+        return tokenize_query(text, AutoTokenizer.from_pretrained(str(path)), idf, key_format)
+    from ..local.encoders import SparseKeyedEncoder
+
+    return SparseKeyedEncoder(str(path), key_format=key_format)(text)
+
+
+def explain_contributions(hit: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """``[(token, contribution), ...]`` from a hit's ``_explanation`` (local backend or OpenSearch's
+    ``FeatureQuery`` explanations: "... for the <token> feature ...")."""
+    import re
+
+    out: list[tuple[str, float]] = []
+
+    def walk(node: Mapping[str, Any]) -> None:
+        m = re.search(r"for the (.+?) feature", node.get("description", ""))
+        if m:
+            out.append((m.group(1), float(node.get("value", 0.0))))
+            return
+        for child in node.get("details", []) or []:
+            walk(child)
+
+    if hit.get("_explanation"):
+        walk(hit["_explanation"])
+    return sorted(out, key=lambda kv: -kv[1])

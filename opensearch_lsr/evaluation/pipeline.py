@@ -1,0 +1,253 @@
+"""End-to-end evaluation through a search backend (``lsr-os eval``).
+
+Documents are encoded with the model's document side, indexed (local backend: a fresh
+``LocalIndex``; OpenSearch: an index that is already filled), queried with standard
+``neural_sparse`` bodies, and the runs are scored with ranx. Then the same vectors go through a
+document-pruning sweep (scored exactly as the backend would) for the effectiveness/FLOPS plot.
+
+Query modes:
+  * ``model``: the model's own query side (``SparseEncoder.encode_query``: the bi-encoder, or the
+    IDF route of an inference-free ``Router``). Locally the vectors are computed in one batch and
+    sent as ``query_tokens`` (the same numbers a ``model_id`` query computes, batched); on
+    OpenSearch the body carries ``query_text`` + ``model_id``.
+  * ``tokens``: inference-free, client-side ``SPARSE_TOKENIZE`` (``tokenize_query`` with the IDF
+    of ``idf``, the model dir's ``idf.json``, or one computed from the corpus) sent as ``query_tokens``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..config import ArtifactConfig
+from .datasets import BeirDataset, load_beir
+from .metrics import evaluate_run
+
+__all__ = ["EvalConfig", "SearchBackend", "OpenSearchBackend", "cap_corpus", "dicts_to_csr",
+           "index_documents", "search_run", "run_evaluation", "VECTOR_FIELD", "TEXT_FIELD"]
+
+logger = logging.getLogger(__name__)
+
+VECTOR_FIELD = "passage_embedding"
+TEXT_FIELD = "passage_text"
+QUERY_MODES = ("model", "tokens")
+BACKENDS = ("local", "opensearch")
+
+
+@dataclass
+class EvalConfig(ArtifactConfig):
+    """An evaluation run (saved as ``eval_config.json`` next to its report)."""
+
+    FILENAME = "eval_config.json"
+
+    dataset: str = ""
+    split: str = "dev"
+    model: str = ""
+    query_mode: Literal["model", "tokens"] = "model"
+    backend: Literal["local", "opensearch"] = "local"
+    index: str | None = None  # local: index dir (default <out>/index); opensearch: index name
+    model_id: str | None = None  # opensearch + model mode: the deployed model
+    idf: str | None = None
+    max_queries: int | None = None
+    max_docs: int | None = None
+    k: int = 100
+    batch_size: int = 32
+    prune_levels: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.3, 0.5])
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.query_mode not in QUERY_MODES:
+            raise ValueError(f"query_mode must be one of {list(QUERY_MODES)}, got {self.query_mode!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
+        if self.k < 1:
+            raise ValueError("k must be >= 1")
+
+
+class SearchBackend(Protocol):
+    def search(self, body: dict) -> dict: ...
+
+
+class OpenSearchBackend:
+    """``search(body)`` against one index of an ``opensearch-py`` client."""
+
+    def __init__(self, client: Any, index: str):
+        self.client = client
+        self.index = index
+
+    def search(self, body: dict) -> dict:
+        return self.client.search(index=self.index, body=body)
+
+
+def cap_corpus(dataset: BeirDataset, max_docs: int | None) -> BeirDataset:
+    """Keep every judged document of the kept queries, then others in file order up to ``max_docs``."""
+    if not max_docs or len(dataset.corpus) <= max_docs:
+        return dataset
+    judged = [d for q in dataset.qrels for d in dataset.qrels[q] if d in dataset.corpus]
+    keep = dict.fromkeys(judged)
+    for did in dataset.corpus:
+        if len(keep) >= max_docs:
+            break
+        keep.setdefault(did, None)
+    corpus = {d: dataset.corpus[d] for d in dataset.corpus if d in keep}
+    return BeirDataset(dataset.name, dataset.split, corpus, dataset.queries, dataset.qrels)
+
+
+def dicts_to_csr(rows: Sequence[Mapping[str, float]], vocab: dict[str, int] | None = None
+                 ) -> tuple[sp.csr_matrix, dict[str, int]]:
+    """``{key: weight}`` rows -> CSR over ``vocab`` (extended with unseen keys)."""
+    vocab = dict(vocab or {})
+    indptr, indices, data = [0], [], []
+    for row in rows:
+        for key, w in row.items():
+            indices.append(vocab.setdefault(key, len(vocab)))
+            data.append(float(w))
+        indptr.append(len(indices))
+    mat = sp.csr_matrix((np.array(data, np.float32), np.array(indices, np.int64), np.array(indptr, np.int64)),
+                        shape=(len(rows), len(vocab)))
+    mat.sum_duplicates()
+    return mat, vocab
+
+
+def index_documents(index, doc_ids: Sequence[str], texts: Sequence[str], vectors: Sequence[Mapping[str, float]],
+                    batch: int = 1000) -> None:
+    """Bulk-load ``{passage_text, passage_embedding}`` documents into a ``LocalIndex``."""
+    for start in range(0, len(doc_ids), batch):
+        actions = [{"_id": d, "_source": {TEXT_FIELD: t, VECTOR_FIELD: dict(v)}}
+                   for d, t, v in zip(doc_ids[start:start + batch], texts[start:start + batch],
+                                      vectors[start:start + batch])]
+        resp = index.bulk(actions)
+        if resp["errors"]:
+            bad = next(next(iter(i.values())) for i in resp["items"] if "error" in next(iter(i.values())))
+            raise ValueError(f"indexing failed for document {bad['_id']}: {bad['error']['reason']}")
+
+
+def search_run(backend: SearchBackend, bodies: Mapping[str, dict]) -> dict[str, dict[str, float]]:
+    """Run one body per query id; ``{qid: {doc_id: score}}``."""
+    run: dict[str, dict[str, float]] = {}
+    for qid, body in bodies.items():
+        if body is None:
+            run[qid] = {}
+            continue
+        hits = backend.search(body)["hits"]["hits"]
+        run[qid] = {h["_id"]: float(h["_score"]) for h in hits}
+    return run
+
+
+def _resolve_idf(config: EvalConfig, tokenizer, corpus_texts: Sequence[str]) -> tuple[dict[str, float], str]:
+    from ..opensearch.idf import compute_idf, load_idf
+
+    if config.idf:
+        return load_idf(config.idf), config.idf
+    model_idf = Path(config.model) / "idf.json"
+    if model_idf.exists():
+        return load_idf(model_idf), str(model_idf)
+    logger.info("computing IDF over %d corpus documents", len(corpus_texts))
+    return compute_idf(corpus_texts, tokenizer), "corpus"
+
+
+def _query_tokens(weights: Mapping[str, float]) -> dict[str, float] | None:
+    q = {k: float(v) for k, v in weights.items() if v > 0}
+    return q or None
+
+
+def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any = None,
+                   show_progress_bar: bool = False) -> dict[str, Any]:
+    """Evaluate ``config.model`` on ``config.dataset``; writes the report, run and plot to ``out_dir``.
+
+    Returns the result dict (also ``out_dir/report.json``).
+    """
+    from ..local.encoders import SparseKeyedEncoder, csr_rows_to_dicts
+    from ..local.index import LocalIndex
+    from ..opensearch.query import neural_sparse_query, search_body, tokenize_query
+    from .plots import plot_effectiveness_vs_flops
+    from .report import write_report, write_trec_run
+    from .retrieval import sparsity_stats
+    from .sweep import prune_sweep
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    dataset = cap_corpus(load_beir(config.dataset, config.split).subset(config.max_queries), config.max_docs)
+    qids, doc_ids = list(dataset.queries), list(dataset.corpus)
+    qtexts, dtexts = [dataset.queries[q] for q in qids], [dataset.corpus[d] for d in doc_ids]
+    encoder = SparseKeyedEncoder(config.model)
+
+    # documents -> index -------------------------------------------------------------------
+    t0 = time.perf_counter()
+    if config.backend == "local":
+        index_path = Path(config.index) if config.index else out / "index"
+        if LocalIndex.exists(index_path) and LocalIndex.open(index_path).count() > 0 and config.index:
+            index = LocalIndex.open(index_path)
+            logger.info("using the filled local index %s (%d docs)", index_path, index.count())
+        else:
+            if LocalIndex.exists(index_path):
+                import shutil
+
+                shutil.rmtree(index_path)
+            index = LocalIndex.create(index_path, {"properties": {TEXT_FIELD: {"type": "text"},
+                                                                  VECTOR_FIELD: {"type": "rank_features"}}})
+            doc_csr = encoder.to_csr(dtexts, "document", config.batch_size, show_progress_bar)
+            timings["encode_documents"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            index_documents(index, doc_ids, dtexts, csr_rows_to_dicts(doc_csr, encoder.keys))
+            timings["index_documents"] = time.perf_counter() - t1
+        backend: SearchBackend = index
+        docs_mat, index_doc_ids, terms = index.doc_matrix(VECTOR_FIELD, truncated=False)
+    else:
+        if client is None or not config.index:
+            raise ValueError("the opensearch backend needs a client and the name of a filled index (--index)")
+        backend = OpenSearchBackend(client, config.index)
+        doc_csr = encoder.to_csr(dtexts, "document", config.batch_size, show_progress_bar)
+        docs_mat, index_doc_ids, terms = doc_csr, doc_ids, list(encoder.keys)
+        timings["encode_documents"] = time.perf_counter() - t0
+
+    # queries -------------------------------------------------------------------------------
+    t0 = time.perf_counter()
+    idf_source = None
+    if config.query_mode == "tokens":
+        idf, idf_source = _resolve_idf(config, encoder.model.tokenizer, dtexts)
+        qdicts = [tokenize_query(t, encoder.model.tokenizer, idf) for t in qtexts]
+    else:
+        qdicts = encoder.encode(qtexts, "query", config.batch_size)
+    timings["encode_queries"] = time.perf_counter() - t0
+    bodies: dict[str, dict | None] = {}
+    for qid, text, qd in zip(qids, qtexts, qdicts):
+        if config.backend == "opensearch" and config.query_mode == "model" and config.model_id:
+            query = neural_sparse_query(VECTOR_FIELD, query_text=text, model_id=config.model_id)
+        else:
+            tokens = _query_tokens(qd)
+            query = neural_sparse_query(VECTOR_FIELD, query_tokens=tokens) if tokens else None
+        bodies[qid] = None if query is None else search_body(query, size=config.k, source=False)
+    t0 = time.perf_counter()
+    run = search_run(backend, bodies)
+    timings["search"] = time.perf_counter() - t0
+    metrics = evaluate_run(dataset.qrels, run)
+
+    vocab = {t: i for i, t in enumerate(terms)}
+    q_csr, vocab = dicts_to_csr(qdicts, vocab)
+    d_csr = sp.csr_matrix((docs_mat.data, docs_mat.indices, docs_mat.indptr), shape=(docs_mat.shape[0], len(vocab)))
+    metrics.update(sparsity_stats(q_csr, d_csr))
+
+    # sweep + plot --------------------------------------------------------------------------
+    t0 = time.perf_counter()
+    sweep = prune_sweep(q_csr, d_csr, qids, list(index_doc_ids), dataset.qrels, config.prune_levels, k=config.k) \
+        if config.prune_levels else []
+    timings["sweep"] = time.perf_counter() - t0
+    name = config.name or Path(config.model).name
+    write_trec_run(run, out / "run.trec", tag=name)
+    plot = plot_effectiveness_vs_flops({name: sweep}, out / "effectiveness_vs_flops.png") if sweep else None
+    config.save(out)
+    result = {"name": name, "config": {**config.to_dict(), "n_queries": len(qids), "n_docs": len(index_doc_ids),
+                                       "idf_source": idf_source},
+              "metrics": metrics, "sweep": sweep, "plot": str(plot) if plot else None,
+              "run_file": str(out / "run.trec"), "timings": timings}
+    write_report(result, out, title=f"Evaluation: {name} on {dataset.name}/{dataset.split}")
+    return result
