@@ -43,7 +43,7 @@ INITS: tuple[str, ...] = ("sembridge", *BASELINES)
 ALIGNMENT_FILE = "alignment.npz"
 Init = Literal["sembridge", "random", "mean", "univariate", "multivariate", "focus", "ofa"]
 Centering = Literal["none", "joint", "per-vocab", "whiten"]
-Continuation = Literal["strip", "same-kind"]
+Continuation = Literal["strip", "same-kind", "dedupe", "dedupe-same-kind"]
 
 
 @dataclass
@@ -61,8 +61,11 @@ class SemBridgeConfig(ArtifactConfig):
         candidates: which source tokens may receive mass (``meaningful`` drops specials,
             ``[unused]`` and single non-ASCII characters such as jamo).
         centering: bridge-space post-processing (``per-vocab`` removes each vocabulary's mean).
-        continuation: ``strip`` embeds ``##x`` as ``x``; ``same-kind`` also forbids mixing
-            word-initial and continuation tokens.
+        continuation: how ``##`` continuations are treated. All modes embed ``##x`` as ``x``.
+            ``strip``: nothing more; ``same-kind``: word-initial targets mix only word-initial
+            sources and continuations only continuations; ``dedupe``: drop a source continuation
+            (``##house``) from the candidates when its word-initial twin (``house``) exists, so the
+            two identical bridge vectors do not split the mass; ``dedupe-same-kind``: both.
         prompt: bridge prompt (``passage``, ``query``, ``none``).
         top_k: first candidate count of the exact sparse fast path.
         block_size: target rows per block (memory bound).
@@ -97,8 +100,9 @@ class SemBridgeConfig(ArtifactConfig):
             raise TransferInputError(f"temperature must be > 0, got {self.temperature}")
         if self.centering not in ("none", "joint", "per-vocab", "whiten"):
             raise TransferInputError(f"centering must be one of none, joint, per-vocab, whiten, got {self.centering!r}")
-        if self.continuation not in ("strip", "same-kind"):
-            raise TransferInputError(f"continuation must be 'strip' or 'same-kind', got {self.continuation!r}")
+        if self.continuation not in ("strip", "same-kind", "dedupe", "dedupe-same-kind"):
+            raise TransferInputError(
+                f"continuation must be one of strip, same-kind, dedupe, dedupe-same-kind, got {self.continuation!r}")
         if self.candidates not in ("all", "no-unused", "meaningful"):
             raise TransferInputError(f"candidates must be one of all, no-unused, meaningful, got {self.candidates!r}")
         if not self.target_tokenizer:
@@ -131,40 +135,55 @@ def compute_sembridge_rows(
     timings["bridge_embedding_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    cand = np.flatnonzero(np.array(candidate_mask(source_tokenizer, config.candidates)))
+    mask = np.array(candidate_mask(source_tokenizer, config.candidates))
+    s_info = vocab_tokens(source_tokenizer)
+    if config.continuation.startswith("dedupe"):
+        word_initial = {t.surface for t in s_info if not t.continuation and not t.special}
+        mask &= np.array([not (t.continuation and t.surface in word_initial) for t in s_info])
+    cand = np.flatnonzero(mask)
     if cand.size == 0:
         raise TransferInputError("no source token is eligible as an alignment candidate")
     t_vecs, s_vecs = prepare_space(target_vecs, source_vecs[cand], config.centering)
     t_vecs = t_vecs[new_ids]
+    # Tokens with the same surface ("집", "##집") have identical bridge vectors, hence identical
+    # weights unless the continuation mask tells them apart: compute each distinct row once.
+    inverse = None
+    if not config.continuation.endswith("same-kind"):
+        t_vecs, first, inverse = np.unique(t_vecs, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
     score_mask = None
-    if config.continuation == "same-kind":
-        t_cont = torch.tensor([vocab_tokens(target_tokenizer)[i].continuation for i in new_ids])
-        s_info = vocab_tokens(source_tokenizer)
+    if config.continuation.endswith("same-kind"):
+        t_info = vocab_tokens(target_tokenizer)
+        t_cont = torch.tensor([t_info[i].continuation for i in new_ids])
         s_cont = torch.tensor([s_info[i].continuation for i in cand])
 
         def score_mask(rows: slice) -> torch.Tensor:
             mismatch = t_cont[rows, None] != s_cont[None, :]
             return torch.where(mismatch, torch.tensor(float("-inf")), torch.tensor(0.0))
 
-    bar = tqdm(total=len(new_ids), desc=f"entmax(alpha={config.alpha}) mixing", unit="tok", leave=False)
+    bar = tqdm(total=len(t_vecs), desc=f"entmax(alpha={config.alpha}) mixing", unit="tok", leave=False)
     result = entmax_mixing(
         t_vecs, s_vecs, source_rows[cand], alpha=config.alpha, temperature=config.temperature,
         top_k=config.top_k, block_size=config.block_size, score_mask=score_mask, progress=bar.update,
     )
     bar.close()
+    mixed, weights_rows, sizes = result.mixed, result.weights, result.support_sizes
+    if inverse is not None:
+        mixed, weights_rows, sizes = mixed[inverse], weights_rows[inverse], sizes[inverse]
     timings["init_s"] = time.perf_counter() - t1
     # weights over the full source vocabulary (column = source id)
-    w = result.weights.tocoo()
+    w = weights_rows.tocoo()
     weights = sp.csr_matrix((w.data, (w.row, cand[w.col])), shape=(len(new_ids), source_rows.shape[0]))
     facts = {
         "bridge_name": bridge.name,
         "candidate_count": int(cand.size),
-        "mean_support_size": float(result.support_sizes.mean()) if len(new_ids) else 0.0,
-        "median_support_size": float(np.median(result.support_sizes)) if len(new_ids) else 0.0,
+        "distinct_rows_computed": int(len(t_vecs)),
+        "mean_support_size": float(sizes.mean()) if len(new_ids) else 0.0,
+        "median_support_size": float(np.median(sizes)) if len(new_ids) else 0.0,
         "fast_path_fallback_rows": int(result.fallback_rows),
         "weights_exact": bool(result.exact_weights),
     }
-    return result.mixed, weights, facts
+    return mixed, weights, facts
 
 
 def sembridge_transfer(config: SemBridgeConfig) -> Path:
