@@ -486,18 +486,23 @@ def export_bundle(
     # ---- query side: tokenizer + idf.json
     from .idf import compute_idf, iter_corpus_texts, load_idf
 
+    from ..transfer.surgery import resolve_model_path
+
     idf: dict[str, float] | None = None
     idf_source = "none"
+    # an idf.json saved with the model (inference-free Router dirs keep it at their root)
+    model_idf_file = next((c for c in (Path(resolve_model_path(str(model_dir))) / "idf.json",
+                                       Path(str(transformer.auto_model.name_or_path or "")) / "idf.json")
+                           if c.is_file()), None)
     if idf_corpus:
         idf = compute_idf(iter_corpus_texts(idf_corpus), backend)
         idf_source = f"corpus:{idf_corpus}"
     elif idf_json:
         idf = load_idf(idf_json)
         idf_source = f"file:{idf_json}"
-    elif (Path(str(transformer.auto_model.name_or_path or "")) / "idf.json").exists():
-        idf_file = Path(str(transformer.auto_model.name_or_path)) / "idf.json"
-        idf = load_idf(idf_file)
-        idf_source = f"file:{idf_file}"
+    elif model_idf_file is not None:
+        idf = load_idf(model_idf_file)
+        idf_source = f"file:{model_idf_file}"
     elif static_idf is not None:
         weights = static_idf.weight.detach().float().cpu().numpy()
         decoded = backend.decode_batch([[i] for i in range(len(weights))], skip_special_tokens=True)

@@ -118,7 +118,7 @@ def check_zip_layout(zip_path: str | os.PathLike, function_name: str = "SPARSE_E
 def _decode_table(tokenizer) -> list[str]:
     """Single-id decode for every id, exactly as ML Commons derives keys (specials -> "")."""
     size = tokenizer.get_vocab_size(with_added_tokens=True)
-    return [tokenizer.decode([i], skip_special_tokens=True) for i in range(size)]
+    return list(tokenizer.decode_batch([[i] for i in range(size)], skip_special_tokens=True))
 
 
 def vector_to_map(

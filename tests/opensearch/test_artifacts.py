@@ -298,3 +298,14 @@ def test_splade_tiny_truncates_at_512_and_idf_ships(splade_bundle):
     (q,) = tok_rt.predict(["seoul seoul paris unseenword"])
     assert q["seoul"] < q["paris"] or q["seoul"] == pytest.approx(q["paris"])  # df(seoul)=2 >= df(paris)=1
     assert all(v > 0 for v in q.values())
+
+
+def test_inference_free_router_exports_document_route_and_idf(tiny_source_dir, tmp_path):
+    inference_free = pytest.importorskip("opensearch_lsr.inference_free")
+    corpus = ["the cat is in the house", "paris is the capital of france", "the river in seoul"]
+    inference_free.build_inference_free(str(tiny_source_dir), tmp_path / "router", idf_corpus=corpus)
+    manifest = export_bundle(str(tmp_path / "router"), tmp_path / "bundle", verify=True)
+    assert manifest["conformance"]["passed"] and manifest["idf"]["source"].startswith("file:")
+    tok_rt = MLCommonsRuntime.from_zip(tmp_path / "bundle" / "sparse_tokenize.zip", "SPARSE_TOKENIZE")
+    (q,) = tok_rt.predict(["the cat"])
+    assert q["cat"] > q["the"] > 0  # df(cat)=1 < df(the)=3
