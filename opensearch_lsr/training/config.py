@@ -1,0 +1,114 @@
+"""``TrainConfig``: every parameter of a fine-tuning run, saved as ``train_config.json`` next to the model."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..config import ArtifactConfig
+
+__all__ = ["TrainConfig", "LossName", "HardNegatives", "LOSSES", "HARD_NEGATIVES"]
+
+LossName = Literal["auto", "infonce", "marginmse", "kldiv"]
+HardNegatives = Literal["none", "bm25"]
+LOSSES: tuple[str, ...] = ("auto", "infonce", "marginmse", "kldiv")
+HARD_NEGATIVES: tuple[str, ...] = ("none", "bm25")
+
+
+@dataclass
+class TrainConfig(ArtifactConfig):
+    """Fine-tuning parameters (``lsr-os train``); saved as ``<out>/train_config.json``.
+
+    Defaults follow the SemBridge paper (Hong et al. 2026, sec. 4: FLOPS weights 1e-4 documents /
+    3e-4 queries, 5% warm-up, 1 epoch, seed 42) except where a 2-layer model on a CPU needs otherwise:
+
+    * ``lr`` 1e-4 instead of 2e-5: the paper fine-tunes 110M+ encoders for thousands of steps; a
+      2-layer, 128-wide encoder on 4,000 pairs gets ~125 steps, and small BERTs are fine-tuned with
+      1e-4 and above (Turc et al. 2019, "Well-Read Students Learn Better").
+    * ``batch_size`` 32 (in-batch negatives) and ``max_seq_length`` 128: what fits a CPU step.
+
+    Attributes:
+        model: starting encoder (``SparseEncoder`` dir, ``splade-tiny`` alias or hub id).
+        dataset: a BEIR-layout directory or a JSONL file of (query, positive[, negative, score(s)]).
+        split: BEIR split to train on (ignored for JSONL).
+        out: output directory: the fine-tuned ``SparseEncoder`` plus logs, plot and checkpoints.
+        loss: ``infonce`` (in-batch negatives), ``marginmse`` / ``kldiv`` (teacher scores);
+            ``auto`` picks ``marginmse`` when rows carry scores, else ``infonce``.
+        inference_free: train a doc-only encoder: query side = frozen IDF ``SparseStaticEmbedding``
+            (OpenSearch's doc-only models; Geng et al. 2024), documents = the MLM encoder.
+        idf: IDF json for the inference-free query side (default: computed on the BEIR corpus).
+        hard_negatives: ``bm25`` mines one negative per pair from BM25's top 10 (BEIR input only).
+        max_pairs: keep only the first N training pairs (0 = all).
+        eval_split / eval_queries / eval_corpus: dev evaluation during training on a subset
+            (``eval_queries`` queries; ``eval_corpus`` documents = their positives + random others;
+            0 = all). ``eval_steps`` 0 evaluates at the end only.
+        final_eval: evaluate the final model on the full ``eval_split`` (all queries, whole corpus).
+        save_steps: checkpoint every N steps (0 = no intermediate checkpoints); ``resume`` continues
+            from the newest checkpoint in ``<out>/checkpoints``.
+        fused: use the fused decoder + max pooling (same numbers, ~3x faster backward on CPU).
+        bf16: bfloat16 mixed precision (CUDA only).
+    """
+
+    FILENAME = "train_config.json"
+
+    model: str = ""
+    dataset: str = ""
+    split: str = "train"
+    out: str = ""
+    loss: LossName = "auto"
+    inference_free: bool = False
+    idf: str | None = None
+    hard_negatives: HardNegatives = "none"
+    max_pairs: int = 0
+    epochs: float = 1.0
+    max_steps: int = -1
+    batch_size: int = 32
+    lr: float = 1e-4
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    document_regularizer_weight: float = 1e-4
+    query_regularizer_weight: float = 3e-4
+    regularizer_warmup_ratio: float = 1 / 3
+    max_seq_length: int = 128
+    kl_temperature: float = 1.0
+    eval_split: str | None = "dev"
+    eval_queries: int = 200
+    eval_corpus: int = 2000
+    eval_steps: int = 0
+    final_eval: bool = True
+    logging_steps: int = 5
+    save_steps: int = 0
+    save_total_limit: int = 2
+    resume: bool = False
+    fused: bool = True
+    bf16: bool = False
+    threads: int = 2
+    seed: int = 42
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` (one sentence) for an invalid parameter."""
+        if not self.model:
+            raise ValueError("a starting model is required (--model)")
+        if not self.dataset:
+            raise ValueError("a dataset is required (--dataset: a BEIR directory or a JSONL file)")
+        if not self.out:
+            raise ValueError("an output directory is required (--out)")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.hard_negatives not in HARD_NEGATIVES:
+            raise ValueError(f"hard_negatives must be one of {', '.join(HARD_NEGATIVES)}, got {self.hard_negatives!r}")
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.document_regularizer_weight < 0 or self.query_regularizer_weight < 0:
+            raise ValueError("regularizer weights must be >= 0")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise ValueError("set epochs > 0 or max_steps > 0")
+        if self.max_seq_length < 8:
+            raise ValueError(f"max_seq_length must be >= 8, got {self.max_seq_length}")
+        if min(self.max_pairs, self.eval_queries, self.eval_corpus, self.eval_steps, self.save_steps) < 0:
+            raise ValueError("max_pairs, eval_queries, eval_corpus, eval_steps and save_steps must be >= 0")
+        if self.logging_steps < 1:
+            raise ValueError(f"logging_steps must be >= 1, got {self.logging_steps}")
