@@ -66,7 +66,7 @@ def run_flow(model_dir: str | Path, bundle_dir: Path, shared_data: Path, n_queri
 
     double = OpenSearchDouble("3.3.0", task_delay_s=0.01).start()
     try:
-        client = client_from_options(url=double.url, request_timeout=120)
+        client = client_from_options(url=double.url, request_timeout=900)
         features = detect_features(client)
         t0 = time.perf_counter()
         ids = deploy_bundle(client, bundle_dir, DeployConfig(apply_settings=True, model_group="lsr-e2e",
@@ -82,8 +82,8 @@ def run_flow(model_dir: str | Path, bundle_dir: Path, shared_data: Path, n_queri
 
         t0 = time.perf_counter()
         ok, errors = bulk(client, ({"_index": "passages", "_id": pid, "_source": {"id": pid, "text": text}}
-                                   for pid, text in passages.items()), chunk_size=50, raise_on_error=False,
-                          request_timeout=300)
+                                   for pid, text in passages.items()), chunk_size=20, raise_on_error=False,
+                          request_timeout=900)
         client.indices.refresh(index="passages")
         timings["ingest_s"] = time.perf_counter() - t0
 
