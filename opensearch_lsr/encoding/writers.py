@@ -1,0 +1,166 @@
+"""Where encoded documents go: the local backend, NDJSON ``_bulk`` files, or OpenSearch.
+
+Every writer takes a list of bulk actions (``{"_id", "_source"}``) and returns one
+:class:`~opensearch_lsr.opensearch.bulk.BulkOutcome` per action; failed outcomes go to the
+dead-letter file. ``state()`` is what a checkpoint must remember to resume without duplicates, and
+``restore(state)`` rewinds to it (NDJSON files are truncated back to the checkpointed size; index
+backends need nothing because ``_id``\\ s are deterministic and re-indexing overwrites).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..opensearch.bulk import BulkOutcome
+
+__all__ = ["DocumentWriter", "LocalIndexWriter", "NdjsonWriter"]
+
+
+class DocumentWriter(Protocol):
+    """What the index job needs from a backend."""
+
+    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def restore(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LocalIndexWriter:
+    """Writes into the embedded :class:`~opensearch_lsr.local.index.LocalIndex` (durable per call)."""
+
+    def __init__(self, path: str | os.PathLike, mappings: dict | None = None) -> None:
+        from ..local.index import LocalIndex
+
+        self.index = LocalIndex.create(path, mappings=mappings, exist_ok=True)
+
+    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
+        resp = self.index.bulk(actions, refresh=False)
+        out = []
+        for action, item in zip(actions, resp["items"]):
+            info = next(iter(item.values()))
+            ok = "error" not in info
+            out.append(BulkOutcome(str(action["_id"]), ok, int(info.get("status", 0)),
+                                   None if ok else info.get("error")))
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        return None
+
+    def count(self) -> int:
+        self.index.refresh()
+        return self.index.count()
+
+    def close(self) -> None:
+        self.index.refresh()
+
+
+class NdjsonWriter:
+    """Writes ``_bulk`` NDJSON files (``bulk-00000.ndjson`` ...) for offline loading with curl.
+
+    Each file holds at most ``docs_per_file`` documents (action line + source line each), so that
+    each file is one ``POST _bulk`` request of bounded size. Data is flushed and fsynced before a
+    checkpoint records the file sizes.
+    """
+
+    def __init__(self, directory: str | os.PathLike, index: str, docs_per_file: int = 10_000) -> None:
+        if docs_per_file < 1:
+            raise ValueError("docs_per_file must be >= 1")
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.index = index
+        self.docs_per_file = docs_per_file
+        self.part = 0
+        self.docs_in_part = 0
+        self._fh = None
+
+    def _path(self, part: int) -> Path:
+        return self.dir / f"bulk-{part:05d}.ndjson"
+
+    def _open(self):
+        if self._fh is None:
+            self._fh = open(self._path(self.part), "ab")
+        return self._fh
+
+    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
+        out = []
+        for action in actions:
+            if self.docs_in_part >= self.docs_per_file:
+                self._close_part()
+                self.part += 1
+                self.docs_in_part = 0
+            fh = self._open()
+            meta = {"index": {"_index": self.index, "_id": action["_id"]}}
+            fh.write(json.dumps(meta, ensure_ascii=False).encode("utf-8") + b"\n")
+            fh.write(json.dumps(action["_source"], ensure_ascii=False).encode("utf-8") + b"\n")
+            self.docs_in_part += 1
+            out.append(BulkOutcome(str(action["_id"]), True, 201))
+        return out
+
+    def _close_part(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            self._fh = None
+
+    def state(self) -> dict[str, Any]:
+        if self._fh is not None:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        path = self._path(self.part)
+        return {"part": self.part, "docs_in_part": self.docs_in_part,
+                "size": path.stat().st_size if path.exists() else 0}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Truncate back to the checkpoint: drop later parts and bytes written after it."""
+        self._close_part()
+        part, size = int(state.get("part", 0)), int(state.get("size", 0))
+        for extra in sorted(self.dir.glob("bulk-*.ndjson")):
+            if int(extra.stem.split("-")[1]) > part:
+                extra.unlink()
+        path = self._path(part)
+        if path.exists():
+            with open(path, "r+b") as fh:
+                fh.truncate(size)
+        self.part, self.docs_in_part = part, int(state.get("docs_in_part", 0))
+
+    def close(self) -> None:
+        self._close_part()
+
+
+class OpenSearchWriter:
+    """Adapter: :class:`~opensearch_lsr.opensearch.bulk.OpenSearchBulkWriter` as a DocumentWriter."""
+
+    def __init__(self, bulk_writer) -> None:
+        self.bulk = bulk_writer
+
+    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
+        return self.bulk.write(actions)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        return None
+
+    def count(self) -> int:
+        self.bulk.refresh_index()
+        return self.bulk.count()
+
+    def close(self) -> None:
+        try:
+            self.bulk.refresh_index()
+        except Exception:  # noqa: BLE001 - refresh is a courtesy at the end
+            pass
+
+
+__all__.append("OpenSearchWriter")
