@@ -8,7 +8,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..config import read_json
-from .sembridge import ALIGNMENT_FILE, SemBridgeConfig
+from .outputs import ALIGNMENT_FILE
+from .sembridge import SemBridgeConfig
 from .surgery import TransferInputError, load_target_tokenizer
 
 __all__ = ["TokenAlignment", "inspect_alignment"]

@@ -8,7 +8,6 @@ multilingual bridge embedding of the token's surface string.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -20,10 +19,10 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
-from .. import __version__
 from ..config import ArtifactConfig
 from .alignment import entmax_mixing, prepare_space
 from .baselines import BASELINES, init_baseline
+from .outputs import ALIGNMENT_FILE, save_alignment, vocabulary_facts
 from .bridge import get_bridge
 from .surgery import (
     TransferInputError,
@@ -40,7 +39,6 @@ __all__ = ["SemBridgeConfig", "sembridge_transfer", "compute_sembridge_rows", "I
 logger = logging.getLogger(__name__)
 
 INITS: tuple[str, ...] = ("sembridge", *BASELINES)
-ALIGNMENT_FILE = "alignment.npz"
 Init = Literal["sembridge", "random", "mean", "univariate", "multivariate", "focus", "ofa"]
 Centering = Literal["none", "joint", "per-vocab", "whiten"]
 Continuation = Literal["strip", "same-kind", "dedupe", "dedupe-same-kind"]
@@ -119,11 +117,6 @@ class SemBridgeConfig(ArtifactConfig):
             raise TransferInputError("a target tokenizer is required")
         if not self.out:
             raise TransferInputError("an output directory is required")
-
-
-def _sha256_vocab(tokenizer) -> str:
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    return hashlib.sha256("\n".join(t for t, _ in vocab).encode("utf-8")).hexdigest()
 
 
 def compute_sembridge_rows(
@@ -267,25 +260,11 @@ def sembridge_transfer(config: SemBridgeConfig) -> Path:
     )
     out = save_sparse_encoder(model, target_tok, config.out)
 
-    # alignment over the whole target vocabulary: overlap rows one-hot, new rows the mixing weights
-    v_s = source_rows.shape[0]
-    ov = sp.csr_matrix((np.ones(len(ov_t), np.float32), (ov_t, ov_s)), shape=(v_t, v_s))
-    if weights_new is not None:
-        w = weights_new.tocoo()
-        ov = ov + sp.csr_matrix((w.data, (new_ids[w.row], w.col)), shape=(v_t, v_s))
-    sp.save_npz(out / ALIGNMENT_FILE, ov.tocsr())
-
+    save_alignment(out, ov_t, ov_s, new_ids, weights_new, (v_t, source_rows.shape[0]))
     timings["total_s"] = time.perf_counter() - t_start
     config.save(out, extra={
         "method": "sembridge" if config.init == "sembridge" else f"baseline:{config.init}",
-        "toolkit_version": __version__,
-        "source_vocab_size": v_s,
-        "source_vocab_sha256": _sha256_vocab(source_tok),
-        "target_vocab_size": v_t,
-        "target_vocab_sha256": _sha256_vocab(target_tok),
-        "overlap_count": len(overlap),
-        "new_token_count": int(len(new_ids)),
-        "tied_decoder": parts.tied,
+        **vocabulary_facts(source_tok, target_tok, len(overlap), len(new_ids), parts.tied),
         "timings_s": timings,
         **facts,
     })

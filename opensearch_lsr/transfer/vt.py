@@ -29,7 +29,6 @@ mixing weights of ``semantic``/``subtoken``; overlap rows one-hot) so IDF transf
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import random
 import time
@@ -43,8 +42,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .. import __version__
 from ..config import ArtifactConfig
+from .outputs import ALIGNMENT_FILE, save_alignment, vocabulary_facts
 from .surgery import (
     TransferInputError,
     load_source_model,
@@ -73,7 +72,6 @@ VTInit = Literal["semantic", "subtoken", "random", "mean"]
 VT_INITS: tuple[str, ...] = ("semantic", "subtoken", "random", "mean")
 PriorSource = Literal["auto", "target-model", "corpus", "none"]
 PRIOR_SOURCES: tuple[str, ...] = ("auto", "target-model", "corpus", "none")
-ALIGNMENT_FILE = "alignment.npz"
 CHECKPOINT_SUBDIR = "vt_checkpoint"
 
 
@@ -339,11 +337,6 @@ def _target_model_bias(name: str, v_t: int) -> np.ndarray | None:
     return bias.detach().float().numpy()[:v_t].astype(np.float64)
 
 
-def _sha256_vocab(tokenizer) -> str:
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
-    return hashlib.sha256("\n".join(t for t, _ in vocab).encode("utf-8")).hexdigest()
-
-
 def _read_corpus(config: VTConfig) -> list[str]:
     if not config.corpus:
         return []
@@ -499,11 +492,7 @@ def vt_transfer(config: VTConfig) -> Path:
 
     model.to("cpu")
     save_sparse_encoder(model, target_tok, out)
-    v_align = sp.csr_matrix((np.ones(len(ov_t), np.float32), (ov_t, ov_s)), shape=(v_t, v_s))
-    if weights_new is not None:
-        w = weights_new.tocoo()
-        v_align = v_align + sp.csr_matrix((w.data, (new_ids[w.row], w.col)), shape=(v_t, v_s))
-    sp.save_npz(out / ALIGNMENT_FILE, v_align.tocsr())
+    save_alignment(out, ov_t, ov_s, new_ids, weights_new, (v_t, v_s))
     ckpt = out / CHECKPOINT_SUBDIR
     if ckpt.exists():
         import shutil
@@ -516,14 +505,7 @@ def vt_transfer(config: VTConfig) -> Path:
     timings["total_s"] = time.perf_counter() - t_start
     config.save(out, extra={
         "method": "vt",
-        "toolkit_version": __version__,
-        "source_vocab_size": v_s,
-        "source_vocab_sha256": _sha256_vocab(source_tok),
-        "target_vocab_size": v_t,
-        "target_vocab_sha256": _sha256_vocab(target_tok),
-        "overlap_count": len(overlap),
-        "new_token_count": int(len(new_ids)),
-        "tied_decoder": parts.tied,
+        **vocabulary_facts(source_tok, target_tok, len(overlap), len(new_ids), parts.tied),
         "corpus_passages": len(corpus),
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
         **facts,
