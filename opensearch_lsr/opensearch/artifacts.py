@@ -22,8 +22,16 @@ eager attention (no ``scaled_dot_product_attention``, an op 1.13 lacks), with
 ``torch.jit.trace(..., strict=False)`` on a dict input (as opensearch-py-ml does), on CPU,
 without ``torch.jit.freeze`` or optimisation passes (they emit fused/new ops), and the archive's
 file-format version is checked against what torch 1.13 reads (<= 10). The graph's operator set
-is recorded in the manifest. Loading on a real 1.13.1 runtime is NOT verified here (no 1.13
-wheel for this Python); see :data:`TORCH_113_MAX_FILE_FORMAT`.
+is recorded in the manifest. Loading on a real 1.13.1 runtime is NOT verified here (PyPI has
+torch 1.13.1 only for CPython <= 3.10, this environment has 3.11); see
+:data:`TORCH_113_MAX_FILE_FORMAT`. The recorded ops of a BERT trace (embedding, linear,
+layer_norm, gelu with ``approximate``, softmax, matmul, where, index, arange, ...) all exist in
+1.13 (gelu's ``approximate`` argument arrived in 1.12, which is why such archives carry file
+format 10).
+
+Device: the trace is taken on CPU and transformers' mask construction records
+``torch.device("cpu")`` constants, so the model is meant for CPU ML nodes (ML Commons' default);
+on a GPU node DJL would move inputs to CUDA and the pinned mask tensors would not follow.
 """
 from __future__ import annotations
 
