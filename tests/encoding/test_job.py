@@ -1,0 +1,163 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opensearch_lsr.encoding.documents import doc_id_for
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+from opensearch_lsr.encoding.job import IndexJobConfig, IndexJobError, run_index_job
+from opensearch_lsr.encoding.writers import NdjsonWriter
+
+WORDS = ["house", "cat", "dog", "capital", "city", "paris", "france", "seoul", "korea", "water", "river"]
+
+
+def _text(i: int) -> str:
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(3 + i % 6)) + f" {i}"
+
+
+def _corpus(path: Path, n: int, bad: bool = True) -> tuple[Path, set[str]]:
+    lines = [json.dumps({"_id": f"d{i}", "title": "", "text": _text(i)}) for i in range(n)]
+    valid = {f"d{i}" for i in range(n)}
+    if bad:
+        lines.insert(3, "{broken json")                                     # malformed
+        lines.insert(8, json.dumps({"_id": "d1", "text": "duplicate of d1"}))  # duplicate id
+        lines.insert(12, json.dumps({"_id": "empty", "text": " "}))          # empty text
+        lines.append(json.dumps({"text": "a document without id"}))        # sha1 id
+        valid.add(doc_id_for(None, "a document without id"))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, valid
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tiny_source_dir):
+    return SparseDocumentEncoder(tiny_source_dir, device="cpu", batch_size=8)
+
+
+def test_local_backend_summary_reports_and_ids(tmp_path, tiny_source_dir, tiny_encoder):
+    from opensearch_lsr.local.index import LocalIndex
+
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 30)
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="local",
+                         index=str(tmp_path / "idx"), chunk_docs=7)
+    summary = run_index_job(cfg, encoder=tiny_encoder, progress=False)
+    assert summary["indexed"] == len(valid) == 31 and summary["dead_lettered"] == 0
+    assert summary["skipped"] == {"duplicate_id": 1, "empty_text": 1, "malformed": 1}
+    assert summary["generated_ids"] == 1 and summary["peak_rss_mb"] > 0
+    idx = LocalIndex.open(tmp_path / "idx")
+    idx.refresh()
+    assert idx.count() == 31
+    reports = [json.loads(l) for l in Path(summary["skipped_file"]).read_text().splitlines()]
+    assert [(r["source"], r["reason"]) for r in reports] == [
+        ("c.jsonl:4", "malformed"), ("c.jsonl:9", "duplicate_id"), ("c.jsonl:13", "empty_text")]
+    assert "c.jsonl:2" in reports[1]["detail"]  # where d1 was first seen
+    hits = idx.search({"query": {"neural_sparse": {"sparse_embedding": {"query_tokens": {"seoul": 1.0}}}},
+                       "size": 100})["hits"]["hits"]
+    assert hits and all(h["_id"] in valid for h in hits)
+    # a stale checkpoint is refused without --resume/--restart; --restart rebuilds the same ids
+    with pytest.raises(IndexJobError, match="--resume"):
+        run_index_job(cfg, encoder=tiny_encoder, progress=False)
+    again = run_index_job(cfg, encoder=tiny_encoder, restart=True, progress=False)
+    assert again["indexed"] == 31 and idx.count() == 31
+
+
+class _CrashingWriter(NdjsonWriter):
+    def __init__(self, *a, crash_after: int, **kw):
+        super().__init__(*a, **kw)
+        self.calls, self.crash_after = 0, crash_after
+
+    def write(self, actions):
+        self.calls += 1
+        if self.calls > self.crash_after:
+            raise RuntimeError("simulated crash")
+        return super().write(actions)
+
+
+def test_ndjson_resume_truncates_and_never_duplicates(tmp_path, tiny_source_dir, tiny_encoder):
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 40)
+    out = tmp_path / "bulk"
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(out),
+                         chunk_docs=6, ndjson_docs_per_file=10)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_index_job(cfg, encoder=tiny_encoder, writer=_CrashingWriter(out, "bulk", crash_after=3,
+                                                                       docs_per_file=10), progress=False)
+    # bytes written after the last checkpoint (a half-written chunk) are cut on resume
+    with open(out / "bulk-00001.ndjson", "ab") as fh:
+        fh.write(b'{"index": {"_id": "garbage"}}\n')
+    summary = run_index_job(cfg, encoder=tiny_encoder, resume=True, progress=False)
+    ids = []
+    for f in sorted(out.glob("bulk-*.ndjson")):
+        lines = f.read_text().splitlines()
+        assert len(lines) <= 20
+        ids += [json.loads(m)["index"]["_id"] for m in lines[::2]]
+    assert sorted(ids) == sorted(valid) and summary["indexed"] == len(valid)
+    assert summary["skipped"] == {"duplicate_id": 1, "empty_text": 1, "malformed": 1}
+
+
+def test_split_policy_nested_documents(tmp_path, splade_tiny_dir):
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batch_size=4)
+    long = " ".join(f"seoul{i} korea" for i in range(400))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "long", "text": long}) + "\n" + json.dumps({"_id": "short", "text": "paris"})
+                      + "\n", encoding="utf-8")
+    out = tmp_path / "bulk"
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(splade_tiny_dir), backend="ndjson", index=str(out),
+                         long_text="split")
+    summary = run_index_job(cfg, encoder=enc, progress=False)
+    assert summary["split_docs"] == 1 and summary["passages"] > 2
+    docs = [json.loads(l) for l in (out / "bulk-00000.ndjson").read_text().splitlines()[1::2]]
+    long_doc = next(d for d in docs if d["id"] == "long")
+    nested = long_doc["sparse_embedding"]
+    assert len(nested) == summary["passages"] - 1 and all(set(p) == {"sparse_encoding", "text"} for p in nested)
+    assert all(n <= 512 for n in enc.count_tokens([p["text"] for p in nested]))
+    with pytest.raises(IndexJobError, match="nested"):
+        run_index_job(IndexJobConfig(corpus=str(corpus), model="x", backend="local", index=str(tmp_path / "i"),
+                                     long_text="split"), encoder=enc, progress=False)
+
+
+def _run_cli(args, env=None):
+    cmd = [sys.executable, "-c", "from opensearch_lsr.cli import main; main()", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})})
+
+
+def test_sigkill_then_resume_exactly_once(tmp_path, tiny_source_dir, fake_bulk):
+    """kill -9 mid-run, --resume: every valid doc indexed once, dead letters == injected failures."""
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 60)
+    fail_ids = {"d7", "d33", "d58"}
+    target = fake_bulk(fail_ids=fail_ids, flaky_ids={"d12", "d40"}, delay=0.6)
+    work = tmp_path / "work"
+    args = ["index", "--corpus", str(corpus), "--model", str(tiny_source_dir), "--backend", "opensearch",
+            "--index", "test-idx", "--url", target.url, "--work-dir", str(work), "--chunk-docs", "4",
+            "--batch-size", "4", "--no-progress", "--threads", "1"]
+    proc = _run_cli(args)
+    ckpt = work / "checkpoint.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists() and json.loads(ckpt.read_text())["position"] >= 12:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"job ended before the kill: {proc.communicate()}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads(ckpt.read_text())
+    assert 0 < killed_at["position"] < 64 and not killed_at["done"]
+    target.delay = 0.0
+    again = subprocess.run([sys.executable, "-c", "from opensearch_lsr.cli import main; main()", *args, "--resume"],
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout)
+    assert set(target.docs) == valid - fail_ids            # nothing lost
+    assert len(target.docs) == len(valid) - len(fail_ids)  # no duplicates (keyed by deterministic _id)
+    assert summary["indexed"] == len(valid) - len(fail_ids) and summary["dead_lettered"] == len(fail_ids)
+    dead = [json.loads(l) for l in (work / "dead_letter.jsonl").read_text().splitlines()]
+    assert sorted(d["_id"] for d in dead) == sorted(fail_ids)
+    assert all(d["status"] == 400 and "injected failure" in d["reason"] for d in dead)
+    assert summary["skipped"] == {"duplicate_id": 1, "empty_text": 1, "malformed": 1}
+    assert summary["resumed_from_position"] == killed_at["position"]
