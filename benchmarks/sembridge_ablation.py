@@ -1,0 +1,53 @@
+"""SemBridge alignment ablation on a dev subset (300 dev queries; their positives + 1,700 seeded
+distractors = 2,000 passages): each argument is a JSON dict of SemBridgeConfig overrides.
+
+    python benchmarks/sembridge_ablation.py '{"alpha": 4}' '{"alpha": 4, "temperature": 0.5}' ...
+
+Absolute scores are higher than on the whole corpus: compare rows with each other only. The
+untouched-source and BM25 references for the whole corpus come from sembridge_table.py.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+
+import torch
+
+from opensearch_lsr.evaluation.datasets import BeirDataset, load_beir
+from opensearch_lsr.evaluation.retrieval import evaluate_encoder
+from opensearch_lsr.resources import shared_data_dir
+from opensearch_lsr.transfer.sembridge import SemBridgeConfig, sembridge_transfer
+from opensearch_lsr.transfer.surgery import load_sparse_encoder
+
+
+def subset(n_queries: int = 300, n_distractors: int = 1700, seed: int = 0) -> BeirDataset:
+    ds = load_beir(shared_data_dir() / "msmarco-ko", "dev").subset(n_queries)
+    pos = {d for q in ds.qrels.values() for d in q}
+    others = [d for d in ds.corpus if d not in pos]
+    random.Random(seed).shuffle(others)
+    keep = list(pos) + others[:n_distractors]
+    return BeirDataset(ds.name, ds.split, {d: ds.corpus[d] for d in keep}, ds.queries, ds.qrels)
+
+
+def main() -> None:
+    torch.set_num_threads(2)
+    sub = subset()
+    tok = str(shared_data_dir() / "kobigbird-bert-base-tokenizer")
+    for spec in sys.argv[1:]:
+        kw = json.loads(spec)
+        name = "_".join(f"{k}{v}" for k, v in kw.items()) or "defaults"
+        out = sembridge_transfer(SemBridgeConfig(source="splade-tiny", target_tokenizer=tok,
+                                                 out=f"runs/ablation/{name}", **kw))
+        cfg = json.loads((out / "transfer_config.json").read_text())
+        t0 = time.perf_counter()
+        m = evaluate_encoder(load_sparse_encoder(str(out)), sub, batch_size=64)
+        print(json.dumps({"cfg": kw, "mrr@10": round(m["mrr@10"], 4), "ndcg@10": round(m["ndcg@10"], 4),
+                          "doc_dims": round(m["doc_active_dims"]), "query_dims": round(m["query_active_dims"], 1),
+                          "support": round(cfg.get("mean_support_size", 0), 2),
+                          "eval_s": round(time.perf_counter() - t0)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
