@@ -15,11 +15,11 @@ import time
 
 import torch
 
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 from opensearch_lsr.evaluation.datasets import BeirDataset, load_beir
 from opensearch_lsr.evaluation.retrieval import evaluate_encoder
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.sembridge import SemBridgeConfig, sembridge_transfer
-from opensearch_lsr.transfer.surgery import load_sparse_encoder
 
 
 def subset(n_queries: int = 300, n_distractors: int = 1700, seed: int = 0) -> BeirDataset:
@@ -42,7 +42,7 @@ def main() -> None:
                                                  out=f"runs/ablation/{name}", **kw))
         cfg = json.loads((out / "transfer_config.json").read_text())
         t0 = time.perf_counter()
-        m = evaluate_encoder(load_sparse_encoder(str(out)), sub, batch_size=64)
+        m = evaluate_encoder(SparseDocumentEncoder(str(out), batch_size=64), sub, batch_size=64)
         print(json.dumps({"cfg": kw, "mrr@10": round(m["mrr@10"], 4), "ndcg@10": round(m["ndcg@10"], 4),
                           "doc_dims": round(m["doc_active_dims"]), "query_dims": round(m["query_active_dims"], 1),
                           "support": round(cfg.get("mean_support_size", 0), 2),
