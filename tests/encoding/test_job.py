@@ -162,3 +162,19 @@ def test_sigkill_then_resume_exactly_once(tmp_path, tiny_source_dir, fake_bulk):
     assert all(d["status"] == 400 and "injected failure" in d["reason"] for d in dead)
     assert summary["skipped"] == {"duplicate_id": 1, "empty_text": 1, "malformed": 1}
     assert summary["resumed_from_position"] == killed_at["position"]
+
+
+def test_opensearch_backend_retries_and_dead_letters(tmp_path, tiny_source_dir, tiny_encoder, fake_bulk):
+    from opensearch_lsr.opensearch.client import make_client
+
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 25)
+    target = fake_bulk(fail_ids={"d4", "d20"}, flaky_ids={"d9"})
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="opensearch", index="idx",
+                         work_dir=str(tmp_path / "w"), chunk_docs=6)
+    summary = run_index_job(cfg, encoder=tiny_encoder, client_factory=lambda: make_client(target.url), progress=False)
+    assert set(target.docs) == valid - {"d4", "d20"} and target.writes["d9"] == 1  # 429 retried once
+    assert summary["indexed"] == len(valid) - 2 and summary["dead_lettered"] == 2
+    dead = [json.loads(l) for l in (tmp_path / "w" / "dead_letter.jsonl").read_text().splitlines()]
+    assert sorted(d["_id"] for d in dead) == ["d20", "d4"] and {d["source"] for d in dead} <= {"c.jsonl:6", "c.jsonl:24"}
+    doc = target.docs["d0"]
+    assert set(doc) == {"id", "text", "sparse_embedding"} and all(v > 0 for v in doc["sparse_embedding"].values())
