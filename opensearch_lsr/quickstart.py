@@ -70,7 +70,7 @@ def packaged_korean_passages(min_chars: int = 80, max_chars: int = 400) -> list[
                          "(or pip install konlpy)") from err
     out: list[tuple[str, str]] = []
     constitution = kolaw.open("constitution.txt").read()
-    for i, art in enumerate(re.split(r"\n(?=제\d+조)", constitution)):
+    for i, art in enumerate(re.split(r"\n\s*(?=제\d+조)", constitution)):  # articles are indented
         text = " ".join(art.split())
         if len(text) >= 20:
             out.append((f"kolaw-{i}", text[:max_chars * 2]))
