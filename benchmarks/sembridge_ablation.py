@@ -9,6 +9,7 @@ untouched-source and BM25 references for the whole corpus come from sembridge_ta
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -32,7 +33,7 @@ def subset(n_queries: int = 300, n_distractors: int = 1700, seed: int = 0) -> Be
 
 
 def main() -> None:
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("LSR_THREADS", "2")))
     sub = subset()
     tok = str(shared_data_dir() / "kobigbird-bert-base-tokenizer")
     for spec in sys.argv[1:]:

