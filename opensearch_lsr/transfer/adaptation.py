@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from tqdm.auto import tqdm
@@ -42,12 +43,14 @@ __all__ = [
     "overlap_aware_mask",
     "adapt_embeddings",
     "CHECKPOINT_NAME",
+    "OPTIMIZERS",
     "LOG_NAME",
 ]
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "adaptation_checkpoint.pt"
+OPTIMIZERS = ("adamw", "sgd")
 LOG_NAME = "adaptation_log.jsonl"
 
 
@@ -160,6 +163,8 @@ def adapt_embeddings(
     mask_rate: float = 0.3,
     new_token_weight: float = 2.0,
     seed: int = 0,
+    train_bias: bool = True,
+    optimizer: Literal["adamw", "sgd"] = "adamw",
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
     resume: bool = True,
@@ -167,6 +172,11 @@ def adapt_embeddings(
     show_progress: bool = True,
 ) -> AdaptationResult:
     """Train input embeddings (tied decoder) and output bias by MLM on ``texts``; body frozen.
+
+    ``optimizer``: ``adamw`` normalises every coordinate's step to about ``lr``, so with a tied decoder
+    *every* vocabulary row moves by ~``lr`` per step (the softmax gives each row a small gradient);
+    ``sgd`` moves rows in proportion to their gradient, so tokens absent from the batches barely move.
+    ``train_bias=False`` keeps the output bias (the PDA prior) fixed and trains the embeddings only.
 
     Resumable: with ``checkpoint_dir`` the trainable tensors, optimiser state and loss log are saved
     every ``checkpoint_every`` steps (``adaptation_checkpoint.pt``, ``adaptation_log.jsonl``) and an
@@ -179,6 +189,10 @@ def adapt_embeddings(
         raise ValueError(f"mask_rate must be in (0, 1), got {mask_rate}")
     if new_token_weight <= 0:
         raise ValueError(f"new_token_weight (lambda) must be > 0, got {new_token_weight}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
     if tokenizer.mask_token_id is None:
         raise ValueError("the target tokenizer has no [MASK] token: MLM adaptation needs one")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -192,10 +206,17 @@ def adapt_embeddings(
     model.to(device)
     model.eval()  # dropout off: the frozen body is a fixed feature extractor
     trainable = freeze_body(model)
+    if not train_bias:
+        bias = mlm_parts(model).output_bias
+        if bias is not None:
+            bias.requires_grad_(False)
+            trainable = [p for p in trainable if p is not bias]
     n_train = sum(p.numel() for p in trainable)
     n_frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     body, head = mlm_body_and_head(model)
-    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
+    optimizer_name = optimizer
+    optimizer = (torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0) if optimizer_name == "adamw"
+                 else torch.optim.SGD(trainable, lr=lr, momentum=0.9))
 
     specials = torch.zeros(vocab, dtype=torch.bool)
     specials[[i for i in tokenizer.all_special_ids if i < vocab]] = True
@@ -210,7 +231,8 @@ def adapt_embeddings(
         if resume:
             state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
             shapes = [tuple(t.shape) for t in state["params"]]
-            if shapes == [tuple(p.shape) for p in trainable] and state["steps_total"] == steps:
+            if shapes == [tuple(p.shape) for p in trainable] and state["steps_total"] == steps \
+                    and state.get("optimizer_name", "adamw") == optimizer_name:
                 with torch.no_grad():
                     for p, saved in zip(trainable, state["params"]):
                         p.copy_(saved.to(device))
@@ -218,7 +240,7 @@ def adapt_embeddings(
                 start_step, curve = int(state["step"]), [tuple(x) for x in state["curve"]]
                 logger.info("resuming MLM adaptation from step %d", start_step)
             else:
-                logger.warning("ignoring checkpoint %s: different shapes or step count", ckpt_path)
+                logger.warning("ignoring checkpoint %s: different shapes, step count or optimizer", ckpt_path)
         else:
             ckpt_path.unlink()
     if log_path is not None and start_step == 0 and log_path.exists():
@@ -229,7 +251,7 @@ def adapt_embeddings(
             return
         ckpt_path.parent.mkdir(parents=True, exist_ok=True)
         tmp = ckpt_path.with_suffix(".tmp")
-        torch.save({"step": step, "steps_total": steps, "params": [p.detach().cpu() for p in trainable],
+        torch.save({"step": step, "steps_total": steps, "optimizer_name": optimizer_name, "params": [p.detach().cpu() for p in trainable],
                     "optimizer": optimizer.state_dict(), "curve": curve}, tmp)
         os.replace(tmp, ckpt_path)
 

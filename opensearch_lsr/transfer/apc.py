@@ -128,14 +128,22 @@ def probe_activations(
     return ActivationProbe(pos, doc_max, query_max)
 
 
-def find_bias_shift(probe: ActivationProbe, target_rate: float, tol: float = 5e-4,
-                    max_iter: int = 60) -> tuple[float, int]:
-    """Bisection for the bias shift ``c`` with ``rate(c) ~= target_rate``; returns ``(c, iterations)``."""
+def find_bias_shift(probe: ActivationProbe, target_rate: float, rel_tol: float = 0.02,
+                    max_iter: int = 80) -> tuple[float, int]:
+    """Bisection for the bias shift ``c`` with ``rate(c) ~= target_rate``; returns ``(c, iterations)``.
+
+    Stops when ``|rate(c) - target| <= rel_tol * target``: the tolerance is relative because a SPLADE
+    model's own rate is tiny (SPLADE-tiny: ~2e-4), and an absolute tolerance such as 5e-4 would accept
+    any shift for such a target.
+    """
     if not 0.0 < target_rate < 1.0:
         raise ValueError(f"target activation rate must be in (0, 1), got {target_rate}")
+    if not 0.0 < rel_tol < 1.0:
+        raise ValueError(f"rel_tol must be in (0, 1), got {rel_tol}")
     logits = probe.position_logits
     lo = -float(logits.max()) - 1.0  # rate(lo) == 0
     hi = -float(logits.min()) + 1.0  # rate(hi) == 1
+    tol = rel_tol * target_rate
     best, best_gap = 0.0, float("inf")
     for it in range(1, max_iter + 1):
         mid = (lo + hi) / 2
@@ -149,6 +157,8 @@ def find_bias_shift(probe: ActivationProbe, target_rate: float, tol: float = 5e-
         else:
             hi = mid
     # the rate is a step function: tied logits can make the target unreachable within tol
+    logger.warning("APC: rate %.3g is the closest reachable to target %.3g (relative tolerance %.3g)",
+                   probe.rate(best), target_rate, rel_tol)
     return best, max_iter
 
 

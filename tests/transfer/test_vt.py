@@ -214,6 +214,34 @@ def test_adaptation_freezes_body_and_trains_vocab(tmp_path, tiny_source_dir, tin
     assert parts.tied and mlm_parts(model).output_layer.weight.data_ptr() == parts.input_embeddings.weight.data_ptr()
 
 
+@pytest.mark.parametrize("optimizer, lr", [("adamw", 1e-2), ("sgd", 1.0)])
+def test_adaptation_can_keep_the_bias_fixed(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir, optimizer, lr):
+    out, _ = _vt(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir, init="subtoken")
+    model, _ = load_source_model(str(out))
+    tok = load_target_tokenizer(str(out))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    parts = mlm_parts(model)
+    is_new = torch.ones(len(tok), dtype=torch.bool)
+    res = adapt_embeddings(model, tok, KO_TEXTS, is_new, steps=4, batch_size=8, max_length=16, lr=lr,
+                           train_bias=False, optimizer=optimizer, show_progress=False, device="cpu")
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    emb_names = {n for n, p in model.named_parameters() if p is parts.input_embeddings.weight}
+    assert changed == emb_names  # the bias (the PDA prior) and the whole body stay bit-identical
+    assert res.trainable_parameters == parts.input_embeddings.weight.numel()
+
+
+def test_adaptation_rejects_bad_settings(tiny_source_dir):
+    model, tok = load_source_model(str(tiny_source_dir))
+    is_new = torch.ones(len(tok), dtype=torch.bool)
+    for kw, message in [({"optimizer": "lion"}, "optimizer must be one of adamw, sgd"),
+                        ({"lr": 0.0}, "lr must be > 0"), ({"mask_rate": 0.0}, "mask_rate"),
+                        ({"new_token_weight": -1.0}, "lambda"), ({"steps": -1}, "steps >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            adapt_embeddings(model, tok, ["the cat"], is_new, show_progress=False, **kw)
+    with pytest.raises(ValueError, match="is_new has 3 entries"):
+        adapt_embeddings(model, tok, ["the cat"], torch.ones(3, dtype=torch.bool), show_progress=False)
+
+
 def test_adaptation_resumes_from_checkpoint(tmp_path, monkeypatch, tiny_source_dir, tiny_target_tokenizer_dir):
     out, _ = _vt(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir, init="mean")
     base, _ = load_source_model(str(out))
@@ -250,14 +278,15 @@ def test_adaptation_resumes_from_checkpoint(tmp_path, monkeypatch, tiny_source_d
 # ------------------------------------------------------------------ step 3b
 
 
-@pytest.mark.parametrize("target", [0.4, 0.05])
+@pytest.mark.parametrize("target", [0.4, 0.05, 0.005])
 def test_apc_hits_target_rate(tiny_source_dir, target):
     model, tok = load_source_model(str(tiny_source_dir))
     docs = ["the cat is a house", "paris is the capital of france", "seoul is a city of korea", "the dog"] * 3
     res = calibrate_activation(model, tok, docs, ["cat house", "capital city"], target_rate=target)
-    assert res.rate_after == pytest.approx(target, abs=2e-3)
+    # relative tolerance: a SPLADE model's own rate is ~2e-4, where an absolute 2e-3 would accept anything
+    assert res.rate_after == pytest.approx(target, rel=0.02)
     again = probe_activations(model, tok, docs)  # re-measured on the shifted model
-    assert again.rate(0.0) == pytest.approx(target, abs=2e-3)
+    assert again.rate(0.0) == pytest.approx(target, rel=0.03)
     assert res.doc_active_dims_after == pytest.approx(again.doc_active_dims(0.0))
     # a higher rate means more active dimensions, never fewer
     assert (res.doc_active_dims_after >= res.doc_active_dims_before) == (res.rate_after >= res.rate_before)
@@ -268,6 +297,8 @@ def test_apc_rejects_bad_rate(tiny_source_dir):
     probe = probe_activations(model, tok, ["the cat"])
     with pytest.raises(ValueError, match=r"in \(0, 1\)"):
         find_bias_shift(probe, 1.5)
+    with pytest.raises(ValueError, match="rel_tol"):
+        find_bias_shift(probe, 0.1, rel_tol=0.0)
     with pytest.raises(ValueError, match="at least one probe document"):
         probe_activations(model, tok, [])
 
@@ -327,5 +358,5 @@ def test_apc_source_rate_matches_the_untouched_source(tmp_path, tiny_source_dir,
                    apc=True, apc_target_rate="source", apc_probe_texts=12, max_length=16)
     assert 0.0 < cfg["apc_source_rate"] < 1.0
     assert cfg["apc"]["target_rate"] == pytest.approx(cfg["apc_source_rate"])
-    assert cfg["apc"]["rate_after"] == pytest.approx(cfg["apc_source_rate"], abs=2e-3)
+    assert cfg["apc"]["rate_after"] == pytest.approx(cfg["apc_source_rate"], rel=0.03)
     assert cfg["apc"]["probe_documents"] == 12 and cfg["apc"]["probe_queries"] == 12
