@@ -159,6 +159,10 @@ def _apc_rate(value: str) -> float | str:
 @click.option("--new-token-weight", type=float, default=None,
               help="Overlap-aware Masking Curriculum lambda: mask weight of new tokens (paper 2).")
 @click.option("--max-mlm-passages", type=int, default=None, help="Cap on MLM passages (0 = all).")
+@click.option("--mlm-optimizer", type=click.Choice(["adamw", "sgd"]), default=None,
+              help="MLM optimiser (default adamw; sgd: momentum 0.9, rows move with their gradient).")
+@click.option("--mlm-train-bias/--mlm-fixed-bias", default=None,
+              help="Train the output bias in the MLM phase (default) or keep the PDA bias fixed.")
 @click.option("--apc/--no-apc", default=None, help="Activation Potential Calibration (default off).")
 @click.option("--apc-target-rate", default=None, callback=lambda c, p, v: None if v is None else _apc_rate(v),
               help="Target activation rate (paper ~0.4) or 'source' (the source model's own rate).")

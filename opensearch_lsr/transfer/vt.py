@@ -97,6 +97,9 @@ class VTConfig(ArtifactConfig):
         prior: where the PDA prior comes from (``auto``: target model bias if any, else corpus).
         mlm_steps, batch_size, max_length, lr, mask_rate, new_token_weight: MLM adaptation
             (``new_token_weight`` is lambda of the Overlap-aware Masking Curriculum; paper: 2, 0.3).
+        mlm_optimizer: ``adamw`` (every tied vocabulary row moves ~lr per step) or ``sgd`` (momentum 0.9;
+            rows move in proportion to their gradient); see :func:`~.adaptation.adapt_embeddings`.
+        mlm_train_bias: train the output bias in the MLM phase (False: keep the PDA bias fixed).
         max_mlm_passages: cap on corpus passages used for MLM (0 = all).
         apc: run Activation Potential Calibration.
         apc_target_rate: target activation rate (paper ~0.4), or ``"source"``: the source model's own
@@ -125,6 +128,8 @@ class VTConfig(ArtifactConfig):
     lr: float = 1e-3
     mask_rate: float = 0.3
     new_token_weight: float = 2.0
+    mlm_optimizer: Literal["adamw", "sgd"] = "adamw"
+    mlm_train_bias: bool = True
     max_mlm_passages: int = 0
     apc: bool = False
     apc_target_rate: float | str = 0.4
@@ -165,6 +170,8 @@ class VTConfig(ArtifactConfig):
             raise TransferInputError(f"mask_rate must be in (0, 1), got {self.mask_rate}")
         if not self.new_token_weight > 0:
             raise TransferInputError(f"new_token_weight (lambda) must be > 0, got {self.new_token_weight}")
+        if self.mlm_optimizer not in ("adamw", "sgd"):
+            raise TransferInputError(f"mlm_optimizer must be one of adamw, sgd, got {self.mlm_optimizer!r}")
         if not self.lr > 0:
             raise TransferInputError(f"lr must be > 0, got {self.lr}")
         if self.apc_target_rate != "source":
@@ -472,6 +479,7 @@ def vt_transfer(config: VTConfig) -> Path:
             model, target_tok, texts, is_new, steps=config.mlm_steps, batch_size=config.batch_size,
             max_length=config.max_length, lr=config.lr, mask_rate=config.mask_rate,
             new_token_weight=config.new_token_weight, seed=config.seed,
+            train_bias=config.mlm_train_bias, optimizer=config.mlm_optimizer,
             checkpoint_dir=out / CHECKPOINT_SUBDIR, resume=config.resume,
         )
         facts["adaptation"] = dataclasses.asdict(result)

@@ -311,12 +311,14 @@ def test_cli_transfer_vt_full_recipe(tmp_path, tiny_source_dir, tiny_target_toke
     res = CliRunner().invoke(cli, [
         "transfer", "vt", "--source", str(tiny_source_dir), "--target-tokenizer", str(tiny_target_tokenizer_dir),
         "--init", "subtoken", "--corpus", str(corpus_file), "--mlm-steps", "4", "--batch-size", "4",
-        "--max-length", "16", "--apc", "--apc-target-rate", "0.3", "--out", str(out)])
+        "--max-length", "16", "--mlm-optimizer", "sgd", "--lr", "0.5", "--mlm-fixed-bias",
+        "--apc", "--apc-target-rate", "0.3", "--out", str(out)])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["adaptation"]["steps"] == 4 and summary["apc"]["rate_after"] == pytest.approx(0.3, abs=5e-3)
     cfg = VTConfig.load(out)
     assert cfg.init == "subtoken" and cfg.mlm_steps == 4 and cfg.apc
+    assert cfg.mlm_optimizer == "sgd" and cfg.mlm_train_bias is False
     assert (out / "adaptation_log.jsonl").exists() and not (out / "vt_checkpoint").exists()
     assert load_sparse_encoder(str(out)).encode_query(["서울 수도"]).shape[-1] == len(
         load_target_tokenizer(str(tiny_target_tokenizer_dir)))
@@ -324,6 +326,8 @@ def test_cli_transfer_vt_full_recipe(tmp_path, tiny_source_dir, tiny_target_toke
 
 @pytest.mark.parametrize("args, message", [
     (["--init", "bogus"], "Invalid value for '--init'"),
+    (["--mlm-optimizer", "lion"], "Invalid value for '--mlm-optimizer'"),
+    (["--lr", "0", "--corpus", "CORPUS", "--mlm-steps", "2"], "lr must be > 0"),
     (["--apc"], "need --corpus"),
     (["--mlm-steps", "3"], "need --corpus"),
     (["--apc-target-rate", "lots"], "expected a number in (0, 1) or 'source'"),
