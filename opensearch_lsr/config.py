@@ -7,12 +7,13 @@ CLI and the library share one definition and every artifact is reproducible from
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ArtifactConfig", "write_json", "read_json"]
+__all__ = ["ArtifactConfig", "write_json", "read_json", "sha256_file"]
 
 T = TypeVar("T", bound="ArtifactConfig")
 
@@ -31,6 +32,15 @@ def write_json(path: str | os.PathLike, payload: Any) -> None:
 def read_json(path: str | os.PathLike) -> Any:
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks (artifact hashes, ML Commons model_content_hash_value)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _json_default(obj: Any) -> Any:

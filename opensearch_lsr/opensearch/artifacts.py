@@ -47,9 +47,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, Literal
 
-import numpy as np
 
-from ..config import ArtifactConfig, write_json
+from ..config import ArtifactConfig, sha256_file, write_json
 
 __all__ = [
     "ExportConfig",
@@ -336,14 +335,6 @@ def _resolve_encoder(model_dir: str):
     return encoder, transformer, pooling, static_idf
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _write_zip(path: Path, members: dict[str, Path | bytes]) -> None:
     """Deterministic zip (fixed timestamps, sorted names) so equal content gives equal sha256."""
     tmp = path.with_suffix(".zip.tmp")
@@ -528,7 +519,7 @@ def export_bundle(
         "version": str(version),
         "sparse_encoding": {
             "file": enc_zip.name,
-            "sha256": _sha256_file(enc_zip),
+            "sha256": sha256_file(enc_zip),
             "size_bytes": enc_zip.stat().st_size,
             "function_name": "SPARSE_ENCODING",
             "model_format": "TORCH_SCRIPT",
@@ -536,7 +527,7 @@ def export_bundle(
         },
         "sparse_tokenize": {
             "file": tok_zip.name,
-            "sha256": _sha256_file(tok_zip),
+            "sha256": sha256_file(tok_zip),
             "size_bytes": tok_zip.stat().st_size,
             "function_name": "SPARSE_TOKENIZE",
             "model_format": "TORCH_SCRIPT",

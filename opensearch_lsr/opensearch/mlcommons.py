@@ -22,7 +22,6 @@ model ids are left in which state and how to clean up.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
 import re
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from ..config import ArtifactConfig, read_json
+from ..config import ArtifactConfig, read_json, sha256_file
 from .client import ClusterFeatures, detect_features
 
 __all__ = [
@@ -152,14 +151,6 @@ def _retry_429(call: Callable[[], Any], *, retries: int, backoff_s: float, what:
             logger.warning("%s: HTTP 429 (%s); retrying in %.1fs", what, _reason(err), delay)
             time.sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _cleanup_hint(client_url: str, model_id: str) -> str:
@@ -410,7 +401,7 @@ def _read_bundle(bundle_dir: Path, which: Which) -> tuple[dict[str, Any], dict[s
         if not path.is_file():
             raise DeployError(f"{path} is missing from the bundle")
         size = path.stat().st_size
-        digest = _sha256(path)
+        digest = sha256_file(path)
         if digest != entry.get("sha256") or size != entry.get("size_bytes", size):
             raise DeployError(f"{path.name} does not match manifest.json (sha256 {digest[:12]}... vs "
                               f"{str(entry.get('sha256'))[:12]}...): the bundle was modified; re-export it")
