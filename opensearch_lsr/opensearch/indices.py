@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,14 +66,23 @@ class IndexSetupError(ValueError):
     """Bad index/pipeline options or a feature the cluster does not have (one clear sentence)."""
 
 
+#: a source checkout keeps the templates at the repository root (the design card's layout)
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
 def templates_root() -> Path:
-    """Folder holding ``mappings/`` and ``pipelines/``: ``$LSR_TEMPLATES_DIR`` or the repository root."""
+    """Folder holding ``mappings/`` and ``pipelines/``.
+
+    ``$LSR_TEMPLATES_DIR`` when set; else the repository root of a source checkout; else
+    ``<prefix>/share/opensearch-lsr``, where a wheel install puts them (setup.cfg ``data_files``).
+    """
     env = os.environ.get("LSR_TEMPLATES_DIR")
-    root = Path(env) if env else Path(__file__).resolve().parents[2]
-    if not (root / "mappings").is_dir() or not (root / "pipelines").is_dir():
-        raise IndexSetupError(f"template folders mappings/ and pipelines/ not found under {root} "
-                              "(set LSR_TEMPLATES_DIR)")
-    return root
+    candidates = [Path(env)] if env else [_REPO_ROOT, Path(sys.prefix) / "share" / "opensearch-lsr"]
+    for root in candidates:
+        if (root / "mappings").is_dir() and (root / "pipelines").is_dir():
+            return root
+    raise IndexSetupError("template folders mappings/ and pipelines/ not found under "
+                          f"{' or '.join(map(str, candidates))} (set LSR_TEMPLATES_DIR)")
 
 
 def load_template(kind: Literal["mappings", "pipelines"], name: str) -> dict[str, Any]:

@@ -160,9 +160,11 @@ def compute_sembridge_rows(
         t_cont = torch.tensor([t_info[i].continuation for i in new_ids])
         s_cont = torch.tensor([s_info[i].continuation for i in cand])
 
-        def score_mask(rows: slice) -> torch.Tensor:
+        def same_kind_mask(rows: slice) -> torch.Tensor:
             mismatch = t_cont[rows, None] != s_cont[None, :]
             return torch.where(mismatch, torch.tensor(float("-inf")), torch.tensor(0.0))
+
+        score_mask = same_kind_mask
 
     bar = tqdm(total=len(t_vecs), desc=f"entmax(alpha={config.alpha}) mixing", unit="tok", leave=False)
     result = entmax_mixing(
