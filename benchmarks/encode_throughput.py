@@ -1,31 +1,51 @@
 """Document-encoding throughput: SparseDocumentEncoder vs sentence-transformers vs a naive loop.
 
-All figures come from the same run, on the same texts, model, batch size and device:
+All figures come from one run, on the same texts, model, batch size, thread count and device:
 
-* ``naive``: ``AutoModelForMaskedLM`` logits ``[B, L, V]`` + mask + log1p(relu) + max, per batch.
-* ``st``: ``SparseEncoder.encode_document`` (sentence-transformers), the reference numbers.
-* ``ours``: :class:`opensearch_lsr.encoding.encoder.SparseDocumentEncoder` (fp32 on CPU).
+* ``ours``: :class:`opensearch_lsr.encoding.encoder.SparseDocumentEncoder` (fp32), sparse output.
+* ``st``: sentence-transformers ``SparseEncoder.encode_document`` (its default sparse output), the
+  reference figure.
+* ``naive``: ``AutoModelForMaskedLM`` logits ``[B, L, V]`` -> mask -> log1p(relu) -> max, per batch of
+  the corpus in file order (what a first implementation would write).
 
-It checks that ours equals sentence-transformers within 1e-5 (non-special dims) and, with
-``--reduced``, runs the bf16 path and reports MRR@10 on the dev split for fp32 vs bf16 (exact
-in-memory retrieval, ``opensearch_lsr.evaluation``). With ``--e2e`` it also times encode + load into
-the local backend and into the OpenSearch HTTP test double (``tests/opensearch/double``) with the
-real ``lsr-os index`` job, as a share of encode-only throughput.
+The machine is shared, so the corpus is cut into blocks and the methods take turns on each block
+(the order rotates per block): a change in load hits every method alike, and the ratios stay fair.
+Wall time and process CPU time are both recorded; the load average is recorded per section.
 
-    python benchmarks/encode_throughput.py --limit 256 --threads 2 [--model /tmp/ko_sembridge] [--e2e] [--reduced]
+Sections (``--sections``, results merged into the ``--out`` JSON after each one, so a run can be
+continued section by section):
+
+* ``speed``: docs/s of ours, st, naive; ratios; fp32 max |ours - st| over non-special dims (before
+  pruning; special dims are zero in ours, as in the exported model, and not in st).
+* ``bf16``: the bf16-autocast path against fp32 on the same blocks: docs/s, max |diff|, relative
+  diff, and dev MRR@10 (1,000 queries, exact retrieval) with fp32 queries for both document sets.
+* ``e2e``: encode-only vs the real ``lsr-os index`` job into the local backend and into the
+  OpenSearch HTTP test double (``tests/opensearch/double``), one job per block into the same index,
+  as a share of encode-only throughput; the final counts must equal the corpus size.
+
+Example (the figures in ``benchmarks/results/encode_throughput.md``)::
+
+    python benchmarks/encode_throughput.py --model runs/bench_sembridge/models/SemBridge_alpha4 \\
+        --limit 0 --threads 2 --out runs/encode_throughput.json
+    python benchmarks/encode_throughput.py --markdown runs/encode_throughput.json
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ("speed", "bf16", "e2e")
 
 
 def _texts(limit: int | None) -> tuple[list[str], list[str]]:
@@ -46,146 +66,334 @@ def _texts(limit: int | None) -> tuple[list[str], list[str]]:
     return ids, texts
 
 
-def _naive(model_dir: str, texts: list[str], batch_size: int) -> tuple[torch.Tensor, float]:
-    from transformers import AutoModelForMaskedLM
+class _Clock:
+    """Accumulates wall and process-CPU seconds per method."""
 
-    from opensearch_lsr.transfer.surgery import load_target_tokenizer, resolve_model_path
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
 
-    path = resolve_model_path(model_dir)
-    tok = load_target_tokenizer(path)
-    model = AutoModelForMaskedLM.from_pretrained(path).eval()
-    out = []
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        for s in range(0, len(texts), batch_size):
-            b = tok(texts[s:s + batch_size], padding=True, truncation=True, max_length=512, return_tensors="pt")
-            logits = model(**b).logits
-            out.append(torch.log1p(torch.relu(logits * b["attention_mask"].unsqueeze(-1))).amax(1))
-    return torch.cat(out), time.perf_counter() - t0
+    def run(self, name: str, fn):
+        w, c = time.perf_counter(), time.process_time()
+        out = fn()
+        self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - w
+        self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - c
+        return out
 
 
-def _st(model_dir: str, texts: list[str], batch_size: int) -> tuple[torch.Tensor, float]:
-    from opensearch_lsr.transfer.surgery import load_sparse_encoder
-
-    st = load_sparse_encoder(model_dir)
-    t0 = time.perf_counter()
-    emb = st.encode_document(texts, batch_size=batch_size, convert_to_tensor=True)
-    dt = time.perf_counter() - t0
-    return (emb.to_dense() if emb.is_sparse else emb).float(), dt
+def _blocks(n: int, size: int) -> list[tuple[int, int]]:
+    return [(s, min(n, s + size)) for s in range(0, n, size)]
 
 
-def _e2e(model_dir: str, texts: list[str], ids: list[str], batch_size: int, encoder) -> dict:
-    from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
+def _rotated(names: list[str], k: int) -> list[str]:
+    k %= len(names)
+    return names[k:] + names[:k]
 
-    sys.path.insert(0, str(ROOT / "tests" / "opensearch"))
-    out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "corpus.jsonl"
-        corpus.write_text("".join(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n"
-                                  for i, t in zip(ids, texts)), encoding="utf-8")
-        t0 = time.perf_counter()
-        encoder.encode(texts)
-        out["encode_only_docs_per_s"] = len(texts) / (time.perf_counter() - t0)
-        cfg = IndexJobConfig(corpus=str(corpus), model=model_dir, backend="local", index=str(Path(tmp) / "local"),
-                             batch_size=batch_size)
-        s = run_index_job(cfg, encoder=encoder, progress=False)
-        out["local_docs_per_s"] = s["this_run"]["docs_per_s"]
-        try:
-            from double.server import OpenSearchDouble  # H-cluster's HTTP test double
-        except ImportError:
-            OpenSearchDouble = None
-        if OpenSearchDouble is not None:
-            from opensearch_lsr.opensearch.client import make_client
 
-            double = OpenSearchDouble().start()
-            try:
-                client = make_client(double.url)
-                client.indices.create(index="bench", body={"mappings": {"properties": {
-                    "id": {"type": "keyword"}, "text": {"type": "text"}, "sparse_embedding": {"type": "rank_features"}}}})
-                cfg = IndexJobConfig(corpus=str(corpus), model=model_dir, backend="opensearch", index="bench",
-                                     batch_size=batch_size, work_dir=str(Path(tmp) / "osjob"))
-                s = run_index_job(cfg, encoder=encoder, client_factory=lambda: client, progress=False)
-                out["double_docs_per_s"] = s["this_run"]["docs_per_s"]
-                out["double_indexed"] = s["indexed"]
-            finally:
-                double.stop() if hasattr(double, "stop") else None
-    for k in ("local", "double"):
-        if f"{k}_docs_per_s" in out:
-            out[f"{k}_share_of_encode_only"] = out[f"{k}_docs_per_s"] / out["encode_only_docs_per_s"]
+def _dense_from_vectors(vectors, vocab: int) -> torch.Tensor:
+    out = torch.zeros(len(vectors), vocab)
+    for row, v in enumerate(vectors):
+        out[row, torch.from_numpy(v.ids)] = torch.from_numpy(v.weights)
     return out
 
 
-def _mrr(model_dir: str, precision: str, batch_size: int) -> float:
-    """MRR@10 on msmarco-ko dev with our encoder at ``precision`` (docs) and the same queries."""
-    import numpy as np
+def _csr(vectors, vocab: int):
     import scipy.sparse as sp
 
+    data = np.concatenate([v.weights for v in vectors]) if vectors else np.zeros(0, np.float32)
+    ind = np.concatenate([v.ids for v in vectors]) if vectors else np.zeros(0, np.int64)
+    ptr = np.concatenate([[0], np.cumsum([len(v.ids) for v in vectors])])
+    return sp.csr_matrix((data, ind, ptr), shape=(len(vectors), vocab))
+
+
+class _Naive:
+    """The straightforward loop: full ``[B, L, V]`` logits, no sorting by length."""
+
+    def __init__(self, model_dir: str) -> None:
+        from transformers import AutoModelForMaskedLM
+
+        from opensearch_lsr.transfer.surgery import load_target_tokenizer, resolve_model_path
+
+        path = resolve_model_path(model_dir)
+        self.tok = load_target_tokenizer(path)
+        self.model = AutoModelForMaskedLM.from_pretrained(path).eval()
+
+    def __call__(self, texts: list[str], batch_size: int) -> torch.Tensor:
+        out = []
+        with torch.inference_mode():
+            for s in range(0, len(texts), batch_size):
+                b = self.tok(texts[s:s + batch_size], padding=True, truncation=True, max_length=512,
+                             return_tensors="pt", return_token_type_ids=False)
+                logits = self.model(**b).logits
+                out.append(torch.log1p(torch.relu(logits * b["attention_mask"].unsqueeze(-1))).amax(1))
+        return torch.cat(out)
+
+
+def _section_speed(args, ids, texts, enc) -> tuple[dict, list]:
+    from opensearch_lsr.transfer.surgery import load_sparse_encoder
+
+    st = load_sparse_encoder(args.model)
+    naive = None if args.skip_naive else _Naive(args.model)
+    bs = args.batch_size
+    warm = texts[:bs]  # warm-up outside the clock
+    enc.encode(warm)
+    st.encode_document(warm, batch_size=bs)
+    if naive is not None:
+        naive(warm, bs)
+    keep = torch.ones(enc.vocab_size, dtype=torch.bool)
+    keep[enc.special_ids] = False
+    clock, diff, naive_diff, ours_all = _Clock(), 0.0, 0.0, []
+    names = ["ours", "st"] + (["naive"] if naive is not None else [])
+    # The naive loop is the slowest by far: on a busy machine it may run on every N-th block only, and
+    # is then compared with ours on exactly those blocks ("ours@naive").
+    naive_docs = 0
+    for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
+        block = texts[a:b]
+        got: dict[str, object] = {}
+        ours_before = clock.wall.get("ours", 0.0)
+        with_naive = naive is not None and k % args.naive_every == 0
+        for name in _rotated(names, k):
+            if name == "naive" and not with_naive:
+                continue
+            if name == "ours":
+                got[name] = clock.run(name, lambda: enc.encode(block))
+            elif name == "st":
+                got[name] = clock.run(name, lambda: st.encode_document(block, batch_size=bs))
+            else:
+                got[name] = clock.run(name, lambda: naive(block, bs))
+                naive_docs += len(block)
+        if with_naive:  # ours' time on this block (the rotation ran it once above)
+            clock.wall["ours@naive"] = clock.wall.get("ours@naive", 0.0) + clock.wall["ours"] - ours_before
+        ref = got["st"]
+        ref = (ref.to_dense() if ref.is_sparse else ref).float()
+        ours = _dense_from_vectors(got["ours"], enc.vocab_size)
+        diff = max(diff, float((ours[:, keep] - ref[:, keep]).abs().max()))
+        if with_naive:
+            naive_diff = max(naive_diff, float((got["naive"][:, keep] - ref[:, keep]).abs().max()))
+        ours_all.extend(got["ours"])
+        print(f"speed block {k}: {b}/{len(texts)} docs, wall so far "
+              + ", ".join(f"{n} {clock.wall[n]:.1f}s" for n in names), file=sys.stderr, flush=True)
+    n = len(texts)
+    res = {f"{m}_docs_per_s": n / clock.wall[m] for m in ("ours", "st")}
+    res.update({f"{m}_wall_s": clock.wall[m] for m in names})
+    res.update({f"{m}_cpu_s": clock.cpu[m] for m in names})
+    res["speedup_vs_st"] = clock.wall["st"] / clock.wall["ours"]
+    res["cpu_ratio_vs_st"] = clock.cpu["st"] / clock.cpu["ours"]
+    if naive is not None:
+        res["naive_docs"] = naive_docs
+        res["naive_every"] = args.naive_every
+        res["naive_docs_per_s"] = naive_docs / clock.wall["naive"]
+        res["ours_on_naive_blocks_docs_per_s"] = naive_docs / clock.wall["ours@naive"]
+        res["speedup_vs_naive"] = clock.wall["naive"] / clock.wall["ours@naive"]
+        res["naive_max_abs_diff_vs_st"] = naive_diff
+    res["fp32_max_abs_diff_vs_st"] = diff
+    res["avg_tokens_per_doc"] = enc.stats.tokens / max(enc.stats.texts, 1)
+    return res, ours_all
+
+
+def _section_bf16(args, ids, texts, enc, fp32_vectors) -> dict:
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
     from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.evaluation.metrics import evaluate_run
     from opensearch_lsr.evaluation.retrieval import top_k_run
     from opensearch_lsr.resources import shared_data_dir
 
-    ds = load_beir(shared_data_dir() / "msmarco-ko", "dev")
-    enc = SparseDocumentEncoder(model_dir, device="cpu", precision=precision, batch_size=batch_size)
-    dids, qids = list(ds.corpus), list(ds.queries)
+    bf = SparseDocumentEncoder(args.model, device="cpu", precision="bf16", batch_size=args.batch_size)
+    bf.encode(texts[:args.batch_size])
+    clock, max_abs, max_rel, bf_all, fp_all = _Clock(), 0.0, 0.0, [], []
+    jacc = []
+    for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
+        block = texts[a:b]
+        got = {}
+        for name in _rotated(["fp32", "bf16"], k):
+            e = enc if name == "fp32" else bf
+            got[name] = clock.run(name, lambda: e.encode(block))
+        lo = _dense_from_vectors(got["bf16"], enc.vocab_size)
+        hi = _dense_from_vectors(got["fp32"], enc.vocab_size)
+        d = (lo - hi).abs()
+        max_abs = max(max_abs, float(d.max()))
+        max_rel = max(max_rel, float((d.amax(1) / hi.amax(1).clamp_min(1e-6)).max()))
+        inter = ((lo > 0) & (hi > 0)).sum(1).float()
+        union = ((lo > 0) | (hi > 0)).sum(1).float().clamp_min(1)
+        jacc.append(inter / union)
+        bf_all.extend(got["bf16"])
+        fp_all.extend(got["fp32"])
+        print(f"bf16 block {k}: {b}/{len(texts)}, fp32 {clock.wall['fp32']:.1f}s bf16 {clock.wall['bf16']:.1f}s",
+              file=sys.stderr, flush=True)
+    n = len(texts)
+    res = {"bf16_docs_per_s": n / clock.wall["bf16"], "fp32_docs_per_s": n / clock.wall["fp32"],
+           "bf16_speed_vs_fp32": clock.wall["fp32"] / clock.wall["bf16"],
+           "bf16_max_abs_diff_vs_fp32": max_abs, "bf16_max_rel_diff_vs_fp32": max_rel,
+           "bf16_mean_active_set_jaccard": float(torch.cat(jacc).mean()),
+           "cpu_bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+           "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if len(texts) == 7279 or args.force_mrr:
+        ds = load_beir(shared_data_dir() / "msmarco-ko", "dev")
+        pos = {d: i for i, d in enumerate(ids)}
+        order = [pos[d] for d in ds.corpus]
+        dids, qids = list(ds.corpus), list(ds.queries)
+        qtexts = [ds.queries[q] for q in qids]
+        q32 = _csr(enc.encode(qtexts), enc.vocab_size)
+        qbf = _csr(bf.encode(qtexts), enc.vocab_size)
+        d32 = _csr([fp_all[i] for i in order], enc.vocab_size)
+        dbf = _csr([bf_all[i] for i in order], enc.vocab_size)
+        res["mrr10_fp32"] = float(evaluate_run(ds.qrels, top_k_run(q32, d32, qids, dids, k=100))["mrr@10"])
+        res["mrr10_bf16_docs"] = float(evaluate_run(ds.qrels, top_k_run(q32, dbf, qids, dids, k=100))["mrr@10"])
+        res["mrr10_bf16_docs_and_queries"] = float(
+            evaluate_run(ds.qrels, top_k_run(qbf, dbf, qids, dids, k=100))["mrr@10"])
+        res["mrr10_delta_bf16_docs"] = res["mrr10_bf16_docs"] - res["mrr10_fp32"]
+        if fp32_vectors:  # the speed section's fp32 vectors must give the same run
+            res["fp32_vectors_repeatable"] = all(
+                np.array_equal(a.ids, b.ids) and np.allclose(a.weights, b.weights, atol=1e-6)
+                for a, b in zip(fp32_vectors, fp_all))
+    return res
 
-    def csr(texts):
-        rows = enc.encode(texts)
-        data = np.concatenate([r.weights for r in rows]) if rows else np.zeros(0, np.float32)
-        ind = np.concatenate([r.ids for r in rows]) if rows else np.zeros(0, np.int64)
-        ptr = np.concatenate([[0], np.cumsum([len(r.ids) for r in rows])])
-        return sp.csr_matrix((data, ind, ptr), shape=(len(rows), enc.vocab_size))
 
-    run = top_k_run(csr([ds.queries[q] for q in qids]), csr([ds.corpus[d] for d in dids]), qids, dids, k=100)
-    return float(evaluate_run(ds.qrels, run)["mrr@10"])
+def _section_e2e(args, ids, texts, enc) -> dict:
+    from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
+    from opensearch_lsr.local.index import LocalIndex
+    from opensearch_lsr.opensearch.client import make_client
+
+    sys.path.insert(0, str(ROOT / "tests" / "opensearch"))
+    from double.server import OpenSearchDouble  # H-cluster's HTTP test double
+
+    clock = _Clock()
+    enc.encode(texts[:args.batch_size])
+    res: dict = {}
+    with tempfile.TemporaryDirectory() as tmp, OpenSearchDouble() as double:
+        tmp = Path(tmp)
+        client = make_client(double.url)
+        client.indices.create(index="bench", body={"mappings": {"properties": {
+            "id": {"type": "keyword"}, "text": {"type": "text"}, "sparse_embedding": {"type": "rank_features"}}}})
+        local_dir = tmp / "local"
+        for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
+            corpus = tmp / f"block{k}.jsonl"
+            corpus.write_text("".join(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n"
+                                      for i, t in zip(ids[a:b], texts[a:b])), encoding="utf-8")
+            for name in _rotated(["encode_only", "local", "double"], k):
+                if name == "encode_only":
+                    clock.run(name, lambda: enc.encode(texts[a:b]))
+                    continue
+                cfg = IndexJobConfig(corpus=str(corpus), model=args.model, batch_size=args.batch_size,
+                                     backend="local" if name == "local" else "opensearch",
+                                     index=str(local_dir) if name == "local" else "bench",
+                                     work_dir=str(tmp / f"{name}{k}.job"))
+                s = clock.run(name, lambda: run_index_job(
+                    cfg, encoder=enc, client_factory=lambda: client, progress=False))
+                assert s["indexed"] == b - a and s["dead_lettered"] == 0, s
+                res[f"{name}_peak_rss_mb"] = s["peak_rss_mb"]
+            print(f"e2e block {k}: {b}/{len(texts)}, " + ", ".join(f"{n} {v:.1f}s" for n, v in clock.wall.items()),
+                  file=sys.stderr, flush=True)
+        idx = LocalIndex.open(local_dir)
+        idx.refresh()
+        client.indices.refresh(index="bench")
+        res["local_count"] = idx.count()
+        res["double_count"] = int(client.count(index="bench")["count"])
+    n = len(texts)
+    for name in ("encode_only", "local", "double"):
+        res[f"{name}_docs_per_s"] = n / clock.wall[name]
+        res[f"{name}_wall_s"] = clock.wall[name]
+        res[f"{name}_cpu_s"] = clock.cpu[name]
+    for name in ("local", "double"):
+        res[f"{name}_share_of_encode_only"] = clock.wall["encode_only"] / clock.wall[name]
+    return res
+
+
+def _markdown(path: Path) -> str:
+    r = json.loads(path.read_text())
+    lines = [f"model `{r['model']}`, {r['docs']} passages, batch {r['batch_size']}, {r['threads']} threads, "
+             f"device {r['device']} (GPU present: {r['gpu']})", ""]
+    if "speed" in r:
+        s = r["speed"]
+        lines += ["| method | docs/s | wall s | CPU s | ours is x faster |", "|---|---|---|---|---|"]
+        for m, label in (("ours", "SparseDocumentEncoder (fp32)"), ("st", "sentence-transformers encode_document")):
+            ratio = 1.0 if m == "ours" else s[f"{m}_wall_s"] / s["ours_wall_s"]
+            lines.append(f"| {label} | {s[m + '_docs_per_s']:.1f} | {s[m + '_wall_s']:.1f} | "
+                         f"{s[m + '_cpu_s']:.1f} | {ratio:.2f} |")
+        if "naive_docs_per_s" in s:
+            lines.append(f"| naive transformers loop ({s['naive_docs']} docs: every {s['naive_every']}th block; ours "
+                         f"{s['ours_on_naive_blocks_docs_per_s']:.1f} docs/s there) | {s['naive_docs_per_s']:.1f} | "
+                         f"{s['naive_wall_s']:.1f} | {s['naive_cpu_s']:.1f} | {s['speedup_vs_naive']:.2f} |")
+        lines += ["", f"fp32 max |ours - st| (non-special dims, before pruning): {s['fp32_max_abs_diff_vs_st']:.2e}; "
+                  f"load average {s.get('loadavg_start')} -> {s.get('loadavg_end')}", ""]
+    if "bf16" in r:
+        b = r["bf16"]
+        lines += ["| precision | docs/s | max abs diff vs fp32 | max rel diff | active-set Jaccard | dev MRR@10 |",
+                  "|---|---|---|---|---|---|",
+                  f"| fp32 | {b['fp32_docs_per_s']:.1f} | 0 | 0 | 1 | {b.get('mrr10_fp32', float('nan')):.4f} |",
+                  f"| bf16 autocast (docs) | {b['bf16_docs_per_s']:.1f} | {b['bf16_max_abs_diff_vs_fp32']:.3f} | "
+                  f"{b['bf16_max_rel_diff_vs_fp32']:.3f} | {b['bf16_mean_active_set_jaccard']:.3f} | "
+                  f"{b.get('mrr10_bf16_docs', float('nan')):.4f} |", "",
+                  f"bf16 docs+queries MRR@10 {b.get('mrr10_bf16_docs_and_queries', float('nan')):.4f}; CPU capability "
+                  f"{b['cpu_capability']}, native bf16 {b['cpu_bf16_native']}; load average "
+                  f"{b.get('loadavg_start')} -> {b.get('loadavg_end')}", ""]
+    if "e2e" in r:
+        e = r["e2e"]
+        lines += ["| path | docs/s | wall s | share of encode-only |", "|---|---|---|---|",
+                  f"| encode only | {e['encode_only_docs_per_s']:.1f} | {e['encode_only_wall_s']:.1f} | 100% |",
+                  f"| `lsr-os index` job -> local backend | {e['local_docs_per_s']:.1f} | {e['local_wall_s']:.1f} | "
+                  f"{100 * e['local_share_of_encode_only']:.1f}% |",
+                  f"| `lsr-os index` job -> OpenSearch test double | {e['double_docs_per_s']:.1f} | "
+                  f"{e['double_wall_s']:.1f} | {100 * e['double_share_of_encode_only']:.1f}% |", "",
+                  f"final counts: local {e['local_count']}, double {e['double_count']}; load average "
+                  f"{e.get('loadavg_start')} -> {e.get('loadavg_end')}", ""]
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="splade-tiny")
+    ap.add_argument("--model", default="splade-tiny", help="SparseEncoder dir (or splade-tiny)")
     ap.add_argument("--limit", type=int, default=256, help="corpus passages (0 = all 7,279)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--block", type=int, default=512, help="passages per interleaving block")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     ap.add_argument("--skip-naive", action="store_true")
-    ap.add_argument("--e2e", action="store_true", help="also time encode+load (local backend, test double)")
-    ap.add_argument("--reduced", action="store_true", help="bf16 path: max |diff| and dev MRR@10 vs fp32 (slow)")
+    ap.add_argument("--naive-every", type=int, default=1, help="run the naive loop on every N-th block only")
+    ap.add_argument("--force-mrr", action="store_true", help="compute MRR@10 even on a --limit subset")
+    ap.add_argument("--out", type=Path, default=None, help="JSON results file (merged section by section)")
+    ap.add_argument("--markdown", type=Path, default=None, help="print the tables of a results JSON and exit")
     args = ap.parse_args()
+    if args.markdown:
+        print(_markdown(args.markdown))
+        return
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {bad}; choose from {', '.join(SECTIONS)}")
     torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 
     ids, texts = _texts(args.limit or None)
     enc = SparseDocumentEncoder(args.model, device="cpu", precision="fp32", batch_size=args.batch_size)
-    enc.encode(texts[: args.batch_size])  # warm-up
-    result = {"model": args.model, "docs": len(texts), "batch_size": args.batch_size, "threads": args.threads,
-              "device": "cpu", "gpu": torch.cuda.is_available()}
-    t0 = time.perf_counter()
-    ours = enc.encode_dense(texts)
-    result["ours_s"] = time.perf_counter() - t0
-    ref, result["st_s"] = _st(args.model, texts, args.batch_size)
-    keep = torch.ones(ref.shape[1], dtype=torch.bool)
-    keep[enc.special_ids] = False
-    result["max_abs_diff_vs_st"] = float((ours[:, keep] - ref[:, keep]).abs().max())
-    if not args.skip_naive:
-        naive, result["naive_s"] = _naive(args.model, texts, args.batch_size)
-        result["naive_docs_per_s"] = len(texts) / result["naive_s"]
-    for k in ("ours", "st"):
-        result[f"{k}_docs_per_s"] = len(texts) / result[f"{k}_s"]
-    result["speedup_vs_st"] = result["st_s"] / result["ours_s"]
-    if "naive_s" in result:
-        result["speedup_vs_naive"] = result["naive_s"] / result["ours_s"]
-    if args.e2e:
-        result["e2e"] = _e2e(args.model, texts, ids, args.batch_size, enc)
-    if args.reduced:
-        bf = SparseDocumentEncoder(args.model, device="cpu", precision="bf16", batch_size=args.batch_size)
+    result = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        commit = None
+    result.update({"model": args.model, "docs": len(texts), "batch_size": args.batch_size, "threads": args.threads,
+                   "device": "cpu", "gpu": torch.cuda.is_available(), "cpu": platform.processor() or platform.machine(),
+                   "torch": torch.__version__, "commit": commit})
+    fp32_vectors: list = []
+    for section in sections:
+        start = [round(x, 2) for x in os.getloadavg()]
         t0 = time.perf_counter()
-        low = bf.encode_dense(texts)
-        result["bf16_docs_per_s"] = len(texts) / (time.perf_counter() - t0)
-        result["bf16_max_abs_diff"] = float((low - ours).abs().max())
-        result["mrr10_fp32"] = _mrr(args.model, "fp32", args.batch_size)
-        result["mrr10_bf16"] = _mrr(args.model, "bf16", args.batch_size)
-    print(json.dumps(result, indent=2))
+        if section == "speed":
+            res, fp32_vectors = _section_speed(args, ids, texts, enc)
+        elif section == "bf16":
+            res = _section_bf16(args, ids, texts, enc, fp32_vectors)
+        else:
+            res = _section_e2e(args, ids, texts, enc)
+        res.update({"loadavg_start": start, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                    "section_wall_s": round(time.perf_counter() - t0, 1), "measured": time.strftime("%Y-%m-%d %H:%M")})
+        result[section] = res
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=2))
+        print(json.dumps({section: res}, indent=2), flush=True)
 
 
 if __name__ == "__main__":
