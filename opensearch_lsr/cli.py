@@ -167,6 +167,8 @@ def _apc_rate(value: str) -> float | str:
 @click.option("--apc-target-rate", default=None, callback=lambda c, p, v: None if v is None else _apc_rate(v),
               help="Target activation rate (paper ~0.4) or 'source' (the source model's own rate).")
 @click.option("--apc-probe-texts", type=int, default=None, help="Probe passages for APC (default 128).")
+@click.option("--apc-reference-corpus", default=None, type=click.Path(),
+              help="Source-language passages for --apc-target-rate source (default: --corpus).")
 @click.option("--no-resume", is_flag=True, help="Restart MLM adaptation instead of resuming its checkpoint.")
 @click.option("--seed", type=int, default=None)
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output SparseEncoder directory.")

@@ -105,6 +105,9 @@ class VTConfig(ArtifactConfig):
         apc_target_rate: target activation rate (paper ~0.4), or ``"source"``: the source model's own
             rate on the same probe texts.
         apc_probe_texts: corpus passages in the probe (queries: their first ``apc_query_words`` words).
+        apc_reference_corpus: passages in the *source* language on which the untouched source model's
+            rate is measured for ``apc_target_rate="source"`` (default: ``corpus``, i.e. the source model
+            reading target-language text through its own tokenizer, which is not its usual regime).
         resume: resume MLM adaptation from ``out/vt_checkpoint`` when present.
         seed: seed of random init, batch sampling and masking.
     """
@@ -135,6 +138,7 @@ class VTConfig(ArtifactConfig):
     apc_target_rate: float | str = 0.4
     apc_probe_texts: int = 128
     apc_query_words: int = 8
+    apc_reference_corpus: str | None = None
     resume: bool = True
     seed: int = 42
     method: str = field(default="vt", init=False)
@@ -397,9 +401,21 @@ def vt_transfer(config: VTConfig) -> Path:
         from .apc import probe_activations
 
         if config.apc_target_rate == "source":
-            ref = probe_activations(model, source_tok, probe_docs, max_length=config.max_length, seed=config.seed)
+            ref_docs = probe_docs
+            if config.apc_reference_corpus:
+                from .tokenizer_train import iter_corpus_texts
+
+                try:
+                    ref_texts = [t for t in iter_corpus_texts(config.apc_reference_corpus) if t.strip()]
+                except ValueError as err:
+                    raise TransferInputError(str(err)) from err
+                if not ref_texts:
+                    raise TransferInputError(f"apc reference corpus {config.apc_reference_corpus!r} holds no text")
+                ref_docs = random.Random(config.seed).sample(ref_texts, min(config.apc_probe_texts, len(ref_texts)))
+            ref = probe_activations(model, source_tok, ref_docs, max_length=config.max_length, seed=config.seed)
             target_rate = ref.rate(0.0)
             facts["apc_source_rate"] = target_rate
+            facts["apc_source_rate_on"] = config.apc_reference_corpus or "corpus"
         else:
             target_rate = float(config.apc_target_rate)
 

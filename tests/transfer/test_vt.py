@@ -364,3 +364,22 @@ def test_apc_source_rate_matches_the_untouched_source(tmp_path, tiny_source_dir,
     assert cfg["apc"]["target_rate"] == pytest.approx(cfg["apc_source_rate"])
     assert cfg["apc"]["rate_after"] == pytest.approx(cfg["apc_source_rate"], rel=0.03)
     assert cfg["apc"]["probe_documents"] == 12 and cfg["apc"]["probe_queries"] == 12
+    assert cfg["apc_source_rate_on"] == "corpus"
+
+
+def test_apc_source_rate_on_a_reference_corpus(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir, corpus_file):
+    english = tmp_path / "english.txt"
+    english.write_text("\n".join(f"the cat {w} is a house in paris" for w in ("red", "big", "old", "new")),
+                       encoding="utf-8")
+    _, cfg = _vt(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir, init="subtoken", corpus=str(corpus_file),
+                 apc=True, apc_target_rate="source", apc_reference_corpus=str(english), apc_probe_texts=4,
+                 max_length=16)
+    model, tok = load_source_model(str(tiny_source_dir))
+    import random as _random
+
+    ref = _random.Random(42).sample(english.read_text(encoding="utf-8").splitlines(), 4)
+    assert cfg["apc_source_rate"] == pytest.approx(probe_activations(model, tok, ref, max_length=16).rate(0.0))
+    assert cfg["apc_source_rate_on"] == str(english)
+    with pytest.raises(TransferInputError, match="does not exist|holds no text"):
+        _vt(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir, init="mean", corpus=str(corpus_file), apc=True,
+            apc_target_rate="source", apc_reference_corpus=str(tmp_path / "missing.txt"))
