@@ -458,9 +458,12 @@ from .opensearch.client import connection_options as _index_connection_options  
               help="Texts over 512 tokens: truncate (as OpenSearch does) or split into nested passages.")
 @click.option("--batch-size", type=int, default=32, show_default=True)
 @click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... [default: cuda when available].")
+@click.option("--device", default=None,
+              help="cpu, cuda (every GPU: one encoder process each), cuda:1, or a list such as cuda:0,cuda:2 "
+                   "[default: every GPU when present, else cpu].")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
-              help="auto: bf16 autocast on CUDA, fp32 on CPU.")
+              help="auto: bf16 autocast on CUDA with bf16 support, else fp32 (CPUs without AVX512-BF16/AMX "
+                   "emulate bf16 and are slower in it).")
 @click.option("--text-field", default="text", show_default=True, help="Text field of the indexed documents.")
 @click.option("--sparse-field", default="sparse_embedding", show_default=True, help="Sparse field of the documents.")
 @click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
@@ -472,8 +475,27 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                   chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, **conn):
     """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
 
-    Resumable after any interruption (kill -9 included) with --resume; prints a JSON summary
-    (indexed, skipped by reason, dead-lettered, throughput, peak memory).
+    \b
+    Encoding: SPLADE max-pooled log(1+relu) weights, special tokens zeroed, positive finite
+    weights only, neural-search --prune semantics, 512-token cap (--long-text). The corpus is
+    streamed (memory stays flat); encoding and uploading overlap (a bounded queue).
+    \b
+    Bad input is never dropped silently; each case is counted in the summary and listed with
+    file:line in <work-dir>/skipped.jsonl:
+      malformed      not a JSON object / wrong TSV columns / non-string fields: skipped
+      invalid_utf8   skipped, or indexed with U+FFFD under --invalid-utf8 replace
+      empty_text     empty title and text: skipped
+      duplicate_id   the first occurrence wins, later ones skipped (blank lines are only counted)
+    Documents without an id get sha1(text) as _id.
+    \b
+    OpenSearch: _bulk via opensearch-py streaming_bulk; 429 and 5xx are retried with exponential
+    backoff; documents the cluster rejects (4xx) go to <work-dir>/dead_letter.jsonl with the
+    reason; a cluster that stays down stops the job, which --resume continues.
+    \b
+    Resuming: <work-dir>/checkpoint.json is written after each acknowledged chunk; _ids are
+    deterministic, so after any interruption (kill -9 included) --resume neither loses nor
+    duplicates a document. Prints a JSON summary (indexed, skipped by reason, dead-lettered,
+    throughput, peak memory), also saved as <work-dir>/summary.json.
     """
     from .encoding.job import IndexJobConfig, IndexJobError, run_index_job
     from .opensearch.bulk import BulkWriteError
@@ -492,7 +514,7 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 corpus_title_field=corpus_title_field, invalid_utf8=invalid_utf8,
                                 key_format=key_format, prune=prune, long_text=long_text, batch_size=batch_size,
                                 chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
-                                sparse_field=sparse_field, limit=limit)
+                                sparse_field=sparse_field, limit=limit, threads=threads)
         factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")
@@ -649,14 +671,21 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
 @click.option("--data", type=click.Choice(["auto", "shared", "packaged"]), default="auto", show_default=True,
               help="shared: kobigbird vocab + MS MARCO-ko (../shared/data); packaged: Korean text shipped in a "
                    "registry package + a toolkit-trained vocabulary; auto: shared when present.")
-@click.option("--max-docs", type=int, default=None, help="Cap the corpus (default 600 packaged / 1500 shared).")
+@click.option("--max-docs", type=int, default=None, help="Cap the corpus (default 600 packaged / 1000 shared).")
 @click.option("--max-queries", type=int, default=None, help="Cap the evaluated queries (default 100).")
-def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: int | None) -> None:
+@click.option("--vocab-size", type=int, default=4000, show_default=True,
+              help="packaged: size of the Korean vocabulary the toolkit trains.")
+@click.option("--source-vocab", type=int, default=None,
+              help="SemBridge candidates: the N most frequent source tokens, 0 = all (default 4000 packaged, "
+                   "0 shared). Fewer is faster on a fresh machine (the bridge embeds each surface once).")
+def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: int | None, vocab_size: int,
+                   source_vocab: int | None) -> None:
     """Run the whole Korean chain locally: transfer, export (+ conformance), index, search, evaluate."""
     from .quickstart import QuickstartConfig, run_quickstart
 
     try:
-        config = QuickstartConfig(workdir=workdir, data=data, max_docs=max_docs, max_queries=max_queries)
+        config = QuickstartConfig(workdir=workdir, data=data, max_docs=max_docs, max_queries=max_queries,
+                                  vocab_size=vocab_size, source_vocab=source_vocab)
         run_quickstart(config, echo=click.echo)
     except (ValueError, FileNotFoundError) as err:
         fail(str(err))

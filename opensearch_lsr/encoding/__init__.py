@@ -5,6 +5,7 @@ from __future__ import annotations
 from .documents import DocumentBuilder, doc_id_for, nested_mapping, split_passages
 from .encoder import SparseDocumentEncoder, SparseVector
 from .job import IndexJobConfig, IndexJobError, run_index_job
+from .parallel import DevicePool, resolve_devices
 from .pruning import PruneConfig, parse_prune, prune_arrays, prune_map
 from .readers import BadRecord, CorpusRecord, read_corpus
 
@@ -25,4 +26,6 @@ __all__ = [
     "IndexJobConfig",
     "IndexJobError",
     "run_index_job",
+    "DevicePool",
+    "resolve_devices",
 ]

@@ -21,7 +21,8 @@ batch of 32) are the rest. This encoder therefore
   running max, so logits never leave the cache and ``log1p``/``relu`` run on ``[batch, vocab]`` only
   (monotone functions commute with max);
 * uses bf16 autocast on CUDA (``precision="auto"``); fp32 on CPU, where bf16 matmul without
-  avx512_bf16/AMX is several times slower than fp32.
+  avx512_bf16/AMX is emulated and slower than fp32 (``precision="bf16"`` still works there, with a
+  warning). Several GPUs: :class:`~opensearch_lsr.encoding.parallel.DevicePool`, one process each.
 
 It is a plain callable over a batch of texts, so an engine such as Ray Data can map it
 (``ds.map_batches(SparseDocumentEncoder, fn_constructor_kwargs={"model": dir}, batch_format="numpy")``:
@@ -48,6 +49,8 @@ __all__ = [
     "MIN_NORMAL_FLOAT32",
     "token_keys",
     "special_token_ids",
+    "count_tokens",
+    "cpu_has_native_bf16",
 ]
 
 logger = logging.getLogger(__name__)
@@ -84,6 +87,22 @@ def token_keys(tokenizer) -> list[str]:
     backend = _backend(tokenizer)
     size = backend.get_vocab_size(with_added_tokens=True)
     return backend.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
+
+
+def count_tokens(tokenizer, texts: Sequence[str]) -> list[int]:
+    """Untruncated token counts with special tokens (to apply the 512-token policy)."""
+    enc = tokenizer(list(texts), add_special_tokens=True, truncation=False,
+                    return_attention_mask=False, return_token_type_ids=False, verbose=False)
+    return [len(x) for x in enc["input_ids"]]
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN has native bf16 kernels on this CPU (AVX512-BF16 / AMX); without them bf16
+    matmuls are emulated and slower than fp32."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _backend(tokenizer):
@@ -223,6 +242,10 @@ class SparseDocumentEncoder:
             return "fp32"
         if precision == "fp16" and self.device.type == "cpu":
             raise ValueError("fp16 autocast is for CUDA; use fp32 (default) or bf16 on CPU")
+        if precision == "bf16" and self.device.type == "cpu" and not cpu_has_native_bf16():
+            logger.warning("this CPU (%s) has no native bf16 (AVX512-BF16/AMX): bf16 autocast runs emulated "
+                           "and is slower than fp32; 'auto' would pick fp32",
+                           torch.backends.cpu.get_cpu_capability())
         return precision
 
     def _autocast(self):
@@ -247,9 +270,7 @@ class SparseDocumentEncoder:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Untruncated token counts with special tokens (to apply the 512-token policy)."""
-        enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=False,
-                             return_attention_mask=False, return_token_type_ids=False, verbose=False)
-        return [len(x) for x in enc["input_ids"]]
+        return count_tokens(self.tokenizer, texts)
 
     # ------------------------------------------------------------------ core
     @torch.inference_mode()

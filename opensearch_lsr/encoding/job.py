@@ -28,7 +28,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -83,6 +83,7 @@ class IndexJobConfig(ArtifactConfig):
     sparse_field: str = "sparse_embedding"
     ndjson_docs_per_file: int = 10_000
     limit: int | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in get_args(Backend):
@@ -214,6 +215,7 @@ def run_index_job(
     from tqdm.auto import tqdm
 
     from .encoder import SparseDocumentEncoder
+    from .parallel import DevicePool, resolve_devices
 
     work = default_work_dir(config)
     work.mkdir(parents=True, exist_ok=True)
@@ -238,9 +240,16 @@ def run_index_job(
     config.save(work)
     prune = parse_prune(config.prune)
 
+    own_pool = None
     if encoder is None:
-        encoder = SparseDocumentEncoder(config.model, device=config.device, precision=config.precision,  # type: ignore[arg-type]
-                                        batch_size=config.batch_size, max_length=config.max_length)
+        devices = resolve_devices(config.device)
+        if len(devices) > 1:  # several GPUs (or an explicit list): one encoder process per device
+            encoder = own_pool = DevicePool(config.model, devices, precision=config.precision,
+                                            batch_size=config.batch_size, max_length=config.max_length,
+                                            num_threads=config.threads)
+        else:
+            encoder = SparseDocumentEncoder(config.model, device=devices[0], precision=config.precision,  # type: ignore[arg-type]
+                                            batch_size=config.batch_size, max_length=config.max_length)
     builder = DocumentBuilder(encoder.keys if config.key_format == "word" else None, config.key_format, prune,
                               config.text_field, config.sparse_field)
     if writer is None:
@@ -314,46 +323,75 @@ def run_index_job(
     t_start = time.perf_counter()
     start_indexed = counters.get("indexed", 0)
 
+    # Chunks are encoded in order; with a device pool (several GPUs) up to ``inflight`` chunks are
+    # encoded at once and finished (documents built, queued for the writer) in submission order, so
+    # checkpoints stay sequential. Reader counters are snapshotted when a chunk is submitted,
+    # encode counters (truncated/split/passages) are added when it is finished.
+    submit = getattr(encoder, "submit", None)
+    inflight = 2 * int(getattr(encoder, "num_workers", 1)) if submit is not None else 0
+    pending: deque = deque()
+    encode_counters: Counter = Counter()
+
+    def encode_async(texts: list[str]):
+        if not texts:
+            return None
+        if submit is not None:
+            return submit(texts)
+        t0 = time.perf_counter()
+        vectors = encoder.encode(texts)
+        timing["encode"] += time.perf_counter() - t0
+        return vectors
+
     def flush_chunk(records: list[CorpusRecord], last_pos: int, last_off: int | None) -> None:
         seen.commit()
         skipped_size = skipped.sync()
+        texts = [r.text for r in records]
+        over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if records else []
+        pieces: list[list[str]] | None = None
+        if config.long_text == "split" and any(over):
+            pieces = [split_passages(t, encoder.tokenizer, encoder.max_length) if o else [t]
+                      for t, o in zip(texts, over)]
+            job = encode_async([p for ps in pieces for p in ps])
+        else:
+            job = encode_async(texts)
+        state = {"position": last_pos, "offset": last_off, "skipped_size": skipped_size,
+                 "counters": Counter(main_counters)}
+        pending.append((records, over, pieces, job, state))
+        while len(pending) > inflight:
+            finish_chunk(*pending.popleft())
+
+    def finish_chunk(records, over, pieces, job, state) -> None:
         actions, sources = [], {}
         if records:
             t0 = time.perf_counter()
-            texts = [r.text for r in records]
-            lengths = encoder.count_tokens(texts)
-            over = [n > encoder.max_length for n in lengths]
-            if config.long_text == "split" and any(over):
-                pieces: list[list[str]] = [split_passages(t, encoder.tokenizer, encoder.max_length) if o else [t]
-                                           for t, o in zip(texts, over)]
-                flat = [p for ps in pieces for p in ps]
-                vectors = encoder.encode(flat)
+            vectors = job.result() if hasattr(job, "result") else job
+            if submit is not None:
+                timing["encode"] += time.perf_counter() - t0  # time spent waiting for the pool
+            if pieces is not None:
                 k = 0
                 for rec, ps in zip(records, pieces):
                     did = doc_id_for(rec.doc_id, rec.text)
-                    vs = vectors[k:k + len(ps)]
-                    k += len(ps)
-                    actions.append({"_id": did, "_source": builder.nested_source(did, rec.text, ps, vs)})
+                    actions.append({"_id": did, "_source": builder.nested_source(did, rec.text, ps,
+                                                                                 vectors[k:k + len(ps)])})
                     sources[did] = rec.source
-                main_counters["split_docs"] += sum(over)
-                main_counters["passages"] += len(flat)
+                    k += len(ps)
+                encode_counters["split_docs"] += sum(over)
+                encode_counters["passages"] += k
+            elif config.long_text == "split":
+                for rec, vec in zip(records, vectors):
+                    did = doc_id_for(rec.doc_id, rec.text)
+                    actions.append({"_id": did, "_source": builder.nested_source(did, rec.text, [rec.text], [vec])})
+                    sources[did] = rec.source
+                encode_counters["passages"] += len(records)
             else:
-                vectors = encoder.encode(texts)
-                if config.long_text == "split":
-                    for rec, vec in zip(records, vectors):
-                        did = doc_id_for(rec.doc_id, rec.text)
-                        actions.append({"_id": did, "_source": builder.nested_source(did, rec.text, [rec.text], [vec])})
-                        sources[did] = rec.source
-                    main_counters["passages"] += len(records)
-                else:
-                    main_counters["truncated"] += sum(over)
-                    for rec, vec in zip(records, vectors):
-                        did = doc_id_for(rec.doc_id, rec.text)
-                        actions.append({"_id": did, "_source": builder.source(did, rec.text, vec)})
-                        sources[did] = rec.source
-            timing["encode"] += time.perf_counter() - t0
-        state = {"position": last_pos, "offset": last_off, "skipped_size": skipped_size,
-                 "counters": Counter(main_counters)}
+                encode_counters["truncated"] += sum(over)
+                for rec, vec in zip(records, vectors):
+                    did = doc_id_for(rec.doc_id, rec.text)
+                    actions.append({"_id": did, "_source": builder.source(did, rec.text, vec)})
+                    sources[did] = rec.source
+        counters_now = Counter(state["counters"])
+        counters_now.update(encode_counters)
+        state = dict(state, counters=counters_now)
         while True:
             if failure:
                 return
@@ -403,7 +441,9 @@ def run_index_job(
                     break
             if not failure:
                 flush_chunk(records, last_pos, last_off)
-                bar.update(max(0, consumed - bar.n))
+            while pending and not failure:
+                finish_chunk(*pending.popleft())
+            bar.update(max(0, consumed - bar.n))
         work_q.put(None)
         thread.join()
         if failure:
@@ -421,9 +461,12 @@ def run_index_job(
         bar.close()
         seen.close()
         skipped.close()
+        if own_pool is not None:
+            own_pool.close()
 
     elapsed = time.perf_counter() - t_start
     final = Counter(main_counters)
+    final.update(encode_counters)
     final.update(writer_counters)
     state = {"position": last_pos, "offset": last_off, "skipped_size": skipped.path.stat().st_size,
              "counters": final}

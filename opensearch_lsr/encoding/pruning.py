@@ -5,8 +5,9 @@ OpenSearch's ``sparse_encoding`` ingest processor prunes each model output with
 section 4.1). Documents encoded client-side must be pruned the same way, so this module reproduces
 those semantics, including the float32 arithmetic of the Java code:
 
-- ``top_k``: keep the ``k`` largest values (ties: the earlier key wins, as a strict ``>`` in the
-  Java priority queue keeps the first-seen entry; our order is ascending token id).
+- ``top_k``: keep the ``k`` largest values. Ties at the cut: Java keeps the first-seen entry (strict
+  ``>`` against the heap minimum) in ``HashMap`` iteration order, which is unspecified; we keep the
+  earlier key (ascending token id / insertion order) so that runs are deterministic.
 - ``max_ratio``: keep ``w >= ratio * max(w)``.
 - ``abs_value``: keep ``w >= ratio``.
 - ``alpha_mass``: sort descending, keep entries while the running sum ``<= alpha * total``.

@@ -102,6 +102,7 @@ class OpenSearchBulkWriter:
 
         pending = [self._action(a) for a in actions]
         outcomes: dict[str, BulkOutcome] = {}
+        last_status: dict[str, tuple[int, object]] = {}
         attempt = 0
         while pending:
             retry: list[dict] = []
@@ -114,6 +115,7 @@ class OpenSearchBulkWriter:
                 )
                 by_id = {str(a["_id"]): a for a in pending}
                 seen = 0
+                request_error = None
                 for ok, item in results:
                     seen += 1
                     op, info = next(iter(item.items()))
@@ -121,10 +123,18 @@ class OpenSearchBulkWriter:
                     status = info.get("status", 0)
                     if ok:
                         outcomes[did] = BulkOutcome(did, True, int(status))
+                    elif "exception" in info:
+                        # The whole _bulk request failed (streaming_bulk marks every action of the chunk
+                        # with the exception): not a document problem, so never a dead letter.
+                        request_error = info["exception"]
+                        retry.append(by_id[did])
                     elif is_retryable_status(status) and attempt < self.max_retries and did in by_id:
+                        last_status[did] = (_int_status(status), info.get("error") or info)
                         retry.append(by_id[did])
                     else:
                         outcomes[did] = BulkOutcome(did, False, _int_status(status), info.get("error") or info)
+                if request_error is not None:
+                    raise request_error
                 if seen < len(pending):  # pragma: no cover - defensive: the helper yields one per action
                     raise BulkWriteError(f"bulk response covered {seen} of {len(pending)} actions")
             except (TransportError, OSConnectionError) as err:
@@ -138,7 +148,9 @@ class OpenSearchBulkWriter:
                 if attempt >= self.max_retries:
                     for a in retry:
                         did = str(a["_id"])
-                        outcomes.setdefault(did, BulkOutcome(did, False, 429, "retries exhausted"))
+                        status, error = last_status.get(did, (0, None))
+                        outcomes.setdefault(did, BulkOutcome(did, False, status, {
+                            "reason": f"still failing after {self.max_retries} retries", "last_error": error}))
                     break
                 self.retried_items += len(retry)
                 self._sleep(self._backoff(attempt))

@@ -14,15 +14,19 @@ class FakeBulkTarget:
     """A minimal HTTP ``_bulk`` endpoint (what ``streaming_bulk`` talks to), storing docs by ``_id``.
 
     Faults: ids in ``fail_ids`` get a permanent 400 ``mapper_parsing_exception``; ids in
-    ``flaky_ids`` get one 429 (then succeed); ``delay`` seconds per request slow the job down so a
-    test can kill it mid-run.
+    ``flaky_ids`` get one 429 (then succeed), ``unavailable_ids`` one item-level 503; the statuses in
+    ``request_failures`` fail whole ``_bulk`` requests, one each; ``delay`` seconds per request slow
+    the job down so a test can kill it mid-run.
     """
 
-    def __init__(self, fail_ids=(), flaky_ids=(), delay: float = 0.0) -> None:
+    def __init__(self, fail_ids=(), flaky_ids=(), delay: float = 0.0, unavailable_ids=(),
+                 request_failures=()) -> None:
         self.docs: dict[str, dict] = {}
         self.writes: dict[str, int] = {}
         self.fail_ids = set(fail_ids)
         self.flaky_ids = set(flaky_ids)
+        self.unavailable_ids = set(unavailable_ids)  # one item-level 503 each, then success
+        self.request_failures = list(request_failures)  # statuses for the next whole _bulk requests
         self.delay = delay
         self.requests = 0
         self.lock = threading.Lock()
@@ -53,16 +57,25 @@ class FakeBulkTarget:
                 if not path.endswith("/_bulk"):
                     return self._send(404, {"error": "not found"})
                 time.sleep(target.delay)
+                with target.lock:
+                    target.requests += 1
+                    status = target.request_failures.pop(0) if target.request_failures else None
+                if status is not None:
+                    return self._send(status, {"error": {"type": "injected", "reason": f"injected {status}"},
+                                               "status": status})
                 lines = [l for l in body.decode("utf-8").split("\n") if l]
                 items = []
                 with target.lock:
-                    target.requests += 1
                     for meta_line, src_line in zip(lines[::2], lines[1::2]):
                         meta = json.loads(meta_line)["index"]
                         did = meta["_id"]
                         if did in target.fail_ids:
                             items.append({"index": {"_id": did, "status": 400, "error": {
                                 "type": "mapper_parsing_exception", "reason": f"injected failure for {did}"}}})
+                        elif did in target.unavailable_ids:
+                            target.unavailable_ids.discard(did)
+                            items.append({"index": {"_id": did, "status": 503, "error": {
+                                "type": "unavailable_shards_exception", "reason": "primary shard is not active"}}})
                         elif did in target.flaky_ids:
                             target.flaky_ids.discard(did)
                             items.append({"index": {"_id": did, "status": 429, "error": {

@@ -1,0 +1,147 @@
+"""One encoder process per device: several GPUs encode different chunks of a corpus at once.
+
+:class:`DevicePool` starts one worker process per device (``spawn``, so CUDA initialises cleanly in
+each), each holding its own :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` on its
+device. ``submit(texts)`` returns a ``concurrent.futures.Future`` of the sparse vectors; whichever
+worker is free takes the next chunk. The index job keeps a few chunks in flight and consumes the
+futures in submission order, so its checkpoints stay sequential. Tokenizer-side work (token counts,
+the 512-token policy, WORD keys) stays in the parent process, which never loads the model weights.
+
+``concurrent.futures.ProcessPoolExecutor`` does the process management; what it lacks is pinning
+each worker to one device, done here by handing each worker one device name from a queue in its
+initializer.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from .encoder import EncoderStats, SparseVector, count_tokens, token_keys
+
+__all__ = ["resolve_devices", "DevicePool"]
+
+_WORKER = None  # the worker process's encoder
+
+
+def resolve_devices(device: str | None) -> list[str]:
+    """Devices to encode on: ``None`` -> every GPU (or ``cpu``); ``"cuda"`` -> every GPU;
+    ``"cuda:1"`` -> that one; ``"cuda:0,cuda:1"`` (or ``"cpu,cpu"``) -> one worker each."""
+    import torch
+
+    if device is not None and "," in device:
+        devices = [d.strip() for d in device.split(",") if d.strip()]
+        if not devices:
+            raise ValueError(f"device list {device!r} is empty")
+        return devices
+    if device in (None, "cuda"):
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n > 1:
+            return [f"cuda:{i}" for i in range(n)]
+        if n == 1:
+            return ["cuda"]
+        if device == "cuda":
+            raise ValueError("device 'cuda' was asked for but no CUDA device is available")
+        return ["cpu"]
+    return [device]
+
+
+def _init_worker(devices, model: str, kwargs: dict) -> None:
+    global _WORKER
+    from .encoder import SparseDocumentEncoder
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _WORKER = SparseDocumentEncoder(model, device=devices.get(), **kwargs)
+
+
+def _encode(texts: list[str]) -> tuple[list[SparseVector], int]:
+    """Runs in a worker: the vectors and how many non-finite weights were dropped."""
+    before = _WORKER.stats.nonfinite_dropped
+    vectors = _WORKER.encode(texts)
+    return vectors, _WORKER.stats.nonfinite_dropped - before
+
+
+class DevicePool:
+    """Encoder processes, one per device, behind the parts of the encoder interface the job uses.
+
+    Args:
+        model: the SparseEncoder directory (as for :class:`SparseDocumentEncoder`).
+        devices: one worker per entry (``["cuda:0", "cuda:1"]``; ``["cpu", "cpu"]`` works too).
+        precision, batch_size, max_length, num_threads: passed to each worker's encoder.
+    """
+
+    def __init__(self, model: str | os.PathLike, devices: Sequence[str], *, precision: str = "auto",
+                 batch_size: int = 32, max_length: int = 512, num_threads: int | None = None) -> None:
+        from transformers import AutoConfig
+
+        from ..transfer.surgery import load_target_tokenizer, resolve_model_path
+
+        if len(devices) < 1:
+            raise ValueError("DevicePool needs at least one device")
+        path = resolve_model_path(str(model))
+        self.model_path = path
+        self.tokenizer = load_target_tokenizer(path, what="model tokenizer")
+        positions = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", max_length)
+        self.max_length = int(min(max_length, positions))
+        self.devices = list(devices)
+        self.num_workers = len(self.devices)
+        self.device = ",".join(self.devices)
+        self.precision = precision
+        self.batch_size = int(batch_size)
+        self.stats = EncoderStats()
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        for d in self.devices:
+            queue.put(d)
+        kwargs = {"precision": precision, "batch_size": batch_size, "max_length": max_length,
+                  "num_threads": num_threads}
+        self._executor = ProcessPoolExecutor(max_workers=len(self.devices), mp_context=ctx,
+                                             initializer=_init_worker, initargs=(queue, path, kwargs))
+
+    @property
+    def keys(self) -> list[str]:
+        """WORD keys per id (single-id decode), computed once in the parent."""
+        if not hasattr(self, "_keys"):
+            self._keys = token_keys(self.tokenizer)
+        return self._keys
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Untruncated token counts with special tokens (the 512-token policy)."""
+        return count_tokens(self.tokenizer, texts)
+
+    def submit(self, texts: Sequence[str]) -> Future:
+        """Encode ``texts`` on the next free device; the future's result is ``list[SparseVector]``."""
+        outer: Future = Future()
+        inner = self._executor.submit(_encode, list(texts))
+
+        def done(f: Future) -> None:
+            try:
+                vectors, dropped = f.result()
+            except BaseException as err:  # noqa: BLE001 - handed to whoever waits on the future
+                outer.set_exception(err)
+                return
+            self.stats.texts += len(vectors)
+            self.stats.nonfinite_dropped += dropped
+            outer.set_result(vectors)
+
+        inner.add_done_callback(done)
+        return outer
+
+    def encode(self, texts: Sequence[str]) -> list[SparseVector]:
+        """Blocking encode on one free device (order of ``texts`` kept)."""
+        return self.submit(texts).result()
+
+    __call__ = encode
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "DevicePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DevicePool({self.model_path!r}, devices={self.devices}, precision={self.precision})"

@@ -1,0 +1,58 @@
+"""One encoder process per device: the pool gives the same vectors and the job the same documents."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from opensearch_lsr.encoding.parallel import DevicePool, resolve_devices
+
+
+def test_resolve_devices_lists_and_cpu_fallback(monkeypatch):
+    import torch
+
+    assert resolve_devices("cuda:0,cuda:1") == ["cuda:0", "cuda:1"]
+    assert resolve_devices("cpu, cpu") == ["cpu", "cpu"]
+    assert resolve_devices("cuda:1") == ["cuda:1"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert resolve_devices(None) == resolve_devices("cuda") == [f"cuda:{i}" for i in range(4)]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_devices(None) == ["cuda"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert resolve_devices(None) == ["cpu"]
+    with pytest.raises(ValueError, match="no CUDA"):
+        resolve_devices("cuda")
+
+
+@pytest.mark.slow  # spawns two worker processes (torch import + model load each)
+def test_two_worker_pool_matches_single_encoder_and_job(tmp_path, tiny_source_dir):
+    from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+    from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
+
+    texts = [f"house cat dog {i} " * (1 + i % 7) for i in range(40)]
+    single = SparseDocumentEncoder(tiny_source_dir, device="cpu", batch_size=8)
+    want = single.encode(texts)
+    with DevicePool(tiny_source_dir, ["cpu", "cpu"], batch_size=8, num_threads=1) as pool:
+        futures = [pool.submit(texts[i:i + 10]) for i in range(0, 40, 10)]  # in flight together
+        got = [v for f in futures for v in f.result()]
+        assert pool.keys == single.keys and pool.count_tokens(texts[:3]) == single.count_tokens(texts[:3])
+    for a, b in zip(want, got):
+        assert np.array_equal(a.ids, b.ids) and np.allclose(a.weights, b.weights, atol=1e-6)
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+                      + "{bad\n", encoding="utf-8")
+    docs = {}
+    for name, device in (("one", "cpu"), ("two", "cpu,cpu")):
+        cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson",
+                             index=str(tmp_path / name), chunk_docs=6, batch_size=8, device=device, threads=1)
+        summary = run_index_job(cfg, progress=False)
+        assert summary["indexed"] == 40 and summary["skipped"] == {"malformed": 1}
+        lines = (tmp_path / name / "bulk-00000.ndjson").read_text().splitlines()
+        docs[name] = [json.loads(l) for l in lines]
+    assert [d.get("index", {}).get("_id") for d in docs["one"]] == [d.get("index", {}).get("_id") for d in docs["two"]]
+    for a, b in zip(docs["one"][1::2], docs["two"][1::2]):
+        assert a["id"] == b["id"] and a["sparse_embedding"].keys() == b["sparse_embedding"].keys()
