@@ -25,16 +25,15 @@ import torch
 
 from opensearch_lsr.config import read_json, write_json
 from opensearch_lsr.evaluation.datasets import load_beir
-from opensearch_lsr.evaluation.retrieval import evaluate_encoder
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.adaptation import adapt_embeddings, trainable_vocab_parameters
 from opensearch_lsr.transfer.apc import probe_activations
-from opensearch_lsr.transfer.surgery import load_source_model, load_sparse_encoder, mlm_parts, save_sparse_encoder
+from opensearch_lsr.transfer.surgery import load_source_model, mlm_parts, save_sparse_encoder
 from opensearch_lsr.transfer.tokenizer_train import iter_corpus_texts
 from opensearch_lsr.transfer.vocab import find_overlap
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vt_table import subset_dataset  # noqa: E402
+from vt_table import evaluate_shifts, subset_dataset  # noqa: E402
 
 
 def parse_setting(text: str) -> dict:
@@ -53,9 +52,31 @@ def measure(model_dir: Path, dataset, probe_docs, probe_queries, args) -> dict:
     row = {"rate": probe.rate(0.0), "probe_doc_dims": probe.doc_active_dims(0.0),
            "probe_query_dims": probe.query_active_dims(0.0)}
     t0 = time.perf_counter()
-    row.update(evaluate_encoder(load_sparse_encoder(str(model_dir)), dataset))
+    row.update(evaluate_shifts(model_dir, dataset, [0.0])[0])
     row["eval_s"] = round(time.perf_counter() - t0, 1)
     return row
+
+
+def promote(out: Path, name: str, base: Path, dest: Path, batch_size: int, max_length: int, seed: int) -> None:
+    """Copy tuned model ``name`` to ``dest`` with a ``transfer_config.json`` that says how it was made.
+
+    The tuned model is what ``vt_transfer`` builds for the same base and settings (same init, corpus,
+    seed, per-step batches), so ``vt_table.py`` can evaluate it as its ``-mlm`` variant without re-training.
+    """
+    import shutil
+
+    row = read_json(out / f"{name}.json")
+    cfg = read_json(base / "transfer_config.json")
+    setting = row["setting"]
+    cfg.update({"out": str(dest), "mlm_steps": setting["steps"], "lr": setting["lr"], "batch_size": batch_size,
+                "max_length": max_length, "seed": seed, "mlm_optimizer": setting["optimizer"],
+                "mlm_train_bias": bool(setting["train_bias"]),
+                "adaptation": {"steps": setting["steps"], "first_loss": row["first_loss"],
+                               "final_loss": row["final_loss"], "seconds": row["mlm_s"],
+                               "body_bit_identical": row["body_bit_identical"]},
+                "promoted_from": str(out / "models" / name)})
+    shutil.copytree(out / "models" / name, dest, dirs_exist_ok=True)
+    write_json(dest / "transfer_config.json", cfg)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,7 +91,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-docs", type=int, default=1500)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--promote", nargs=2, metavar=("SETTING", "DEST"), default=None,
+                    help="copy a finished setting's model to DEST as a VT -mlm model dir, then exit")
     args = ap.parse_args(argv)
+    if args.promote:
+        name = args.promote[0].replace("=", "").replace(",", "_")
+        promote(Path(args.out), name, Path(args.base), Path(args.promote[1]), args.batch_size, args.max_length,
+                args.seed)
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
     out = Path(args.out)
