@@ -73,3 +73,44 @@ def test_same_errors(both):
         with pytest.raises(LocalIndexError, match=msg):
             local.search({"query": {"neural_sparse": q}})
         assert msg in str(remote_err.value.info)
+
+
+def test_many_queries_identical_top10_rankings_and_scores(tmp_path):
+    """50 random multi-token queries x top-10 over 400 documents with SPLADE-like weights
+    (log-normal, up to ~200 active tokens of a 3,000-token vocabulary, Korean and ## keys):
+    identical rankings and totals, max |score diff| below 1e-4 (float32 sums in another order)."""
+    from opensearchpy import helpers
+
+    from opensearch_lsr.opensearch.client import client_from_options
+
+    rng = np.random.default_rng(11)
+    syll = "가나다라마바사아자차카타파하서울수도한국집강학교도시의는을를"
+    vocab = sorted({("##" if i % 4 == 0 else "") + "".join(rng.choice(list(syll), size=int(rng.integers(1, 4))))
+                    for i in range(3000)})
+    docs = {}
+    for i in range(400):
+        toks = rng.choice(len(vocab), size=int(rng.integers(5, 200)), replace=False)
+        docs[f"d{i}"] = {"emb": {vocab[t]: float(min(rng.lognormal(-0.5, 0.8), 20.0)) for t in toks}}
+    double = double_fixtures.make_double("3.1.0")
+    try:
+        client = client_from_options(url=double.url, max_retries=1)
+        client.indices.create(index="many", body={"mappings": MAPPINGS})
+        helpers.bulk(client, ({"_index": "many", "_id": d, "_source": s} for d, s in docs.items()), refresh=True)
+        local = LocalIndex.create(tmp_path / "many", MAPPINGS)
+        local.bulk({"_id": d, "_source": s} for d, s in docs.items())
+        max_diff, same = 0.0, 0
+        for _ in range(50):
+            toks = rng.choice(len(vocab), size=int(rng.integers(2, 30)), replace=False)
+            body = {"query": {"neural_sparse": {"emb": {"query_tokens": {
+                vocab[t]: float(rng.uniform(0.05, 3.0)) for t in toks}}}}, "size": 10, "_source": False}
+            remote = client.search(index="many", body=body)["hits"]
+            mine = local.search(body)["hits"]
+            assert mine["total"] == remote["total"]
+            r, m = remote["hits"], mine["hits"]
+            assert len(r) == len(m) == 10
+            same += [h["_id"] for h in r] == [h["_id"] for h in m]
+            max_diff = max(max_diff, *(abs(a["_score"] - b["_score"]) for a, b in zip(r, m)))
+    finally:
+        double.stop()
+    assert same == 50
+    assert max_diff < 1e-4
