@@ -105,7 +105,11 @@ def _is_router_dir(path: str) -> bool:
 
 def load_start_model(config: TrainConfig, data: TrainingData, workdir: Path):
     """The starting ``SparseEncoder``; for the inference-free variant a ``Router`` with an IDF query side
-    (from ``config.idf``, else computed on the BEIR corpus, else on the training documents)."""
+    (from ``config.idf``, else computed on the BEIR corpus, else on the training documents).
+
+    Its fill-mask modules are cut to ``config.max_seq_length`` for training; their saved (inference)
+    lengths are kept in ``model.lsr_inference_lengths`` so :func:`train` can restore them.
+    """
     from ..transfer.surgery import TransferInputError, load_sparse_encoder, resolve_model_path
 
     path = resolve_model_path(config.model)
@@ -126,11 +130,41 @@ def load_start_model(config: TrainConfig, data: TrainingData, workdir: Path):
         model = load_sparse_encoder(path)
         if config.inference_free is False and _is_router_dir(path):
             raise TransferInputError(f"{config.model!r} is an inference-free (Router) model: pass --inference-free")
-    model.max_seq_length = config.max_seq_length
-    for module in model.modules():  # a Router's document Transformer keeps its own max length
-        if hasattr(module, "max_seq_length") and getattr(module, "transformer_task", None) == "fill-mask":
-            module.max_seq_length = config.max_seq_length
+    model.lsr_inference_lengths = _get_max_seq_length(model)
+    _set_max_seq_length(model, config.max_seq_length)
     return model
+
+
+def _fill_mask_modules(model) -> list:
+    # a Router's document Transformer keeps its own max length
+    return [m for m in model.modules()
+            if hasattr(m, "max_seq_length") and getattr(m, "transformer_task", None) == "fill-mask"]
+
+
+def _get_max_seq_length(model) -> list[int | None]:
+    return [m.max_seq_length for m in _fill_mask_modules(model)]
+
+
+def _set_max_seq_length(model, length: int | list[int | None]) -> None:
+    modules = _fill_mask_modules(model)
+    lengths = length if isinstance(length, list) else [length] * len(modules)
+    for module, value in zip(modules, lengths):
+        module.max_seq_length = value
+    if not isinstance(length, list):
+        model.max_seq_length = length
+
+
+def _copy_idf_files(config: TrainConfig, workdir: Path, out: Path) -> None:
+    """The frozen IDF query side is unchanged by training: keep its ``idf.json`` (what export's
+    ``sparse_tokenize.zip`` needs) and assembly config next to the fine-tuned doc-only model."""
+    from ..inference_free import InferenceFreeConfig
+    from ..transfer.surgery import resolve_model_path
+
+    built = workdir / "inference_free_start"
+    src = built if built.is_dir() else Path(resolve_model_path(config.model))
+    for name in ("idf.json", InferenceFreeConfig.FILENAME):
+        if (src / name).exists():
+            shutil.copyfile(src / name, out / name)
 
 
 def _dev_evaluator(config: TrainConfig, data: TrainingData, subset: bool) -> RetrievalDevEvaluator | None:
@@ -175,6 +209,9 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
     workdir = Path(tempfile.mkdtemp(prefix="lsr-train-"))
     try:
         model = load_start_model(config, data, workdir)
+        # ``max_seq_length`` is a training-time cost knob: the saved model and the full-dev evaluation keep
+        # the starting model's inference length, so fine-tuned figures compare like with like with zero-shot.
+        inference_lengths = model.lsr_inference_lengths
         if config.hard_negatives == "bm25":
             if data.num_negatives:
                 raise TrainingDataError("rows already carry negatives; drop --hard-negatives")
@@ -232,7 +269,10 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
             train_seconds = time.perf_counter() - start
             if subset_eval is not None and not config.eval_steps:
                 subset_eval(model, steps=trainer.state.global_step)
+            _set_max_seq_length(model, inference_lengths)
             model.save(str(out))
+            if config.inference_free:
+                _copy_idf_files(config, workdir, out)
             final_dev = None
             final_seconds = None
             if config.final_eval:

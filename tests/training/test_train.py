@@ -32,6 +32,8 @@ def test_train_few_steps_beir(tiny_encoder_dir, tiny_beir, tmp_path):
     saved = json.loads((out / "train_config.json").read_text())
     assert saved["lr"] == 1e-3 and saved["resolved_loss"] == "infonce" and saved["pairs"] == 18
     model = SparseEncoder(str(out), device="cpu")
+    # trained at max_seq_length 16, saved at the starting model's inference length (32)
+    assert model.max_seq_length == SparseEncoder(str(tiny_encoder_dir), device="cpu").max_seq_length == 32
     emb = model.encode_document(["cat house"], convert_to_tensor=True)
     assert emb.shape[-1] == len(model.tokenizer)
     # the weights moved away from the starting model
@@ -93,6 +95,16 @@ def test_inference_free_trains_and_reloads(tiny_encoder_dir, tiny_beir, tmp_path
     tok = model.tokenizer
     ids = [tok.convert_tokens_to_ids(t) for t in ("cat", "house")]
     assert (q > 0).sum() == 2 and all(q[i] > 0 for i in ids)  # bag of IDF weights, each token once
+    # the query side is the export's corpus IDF (compute_idf over the BEIR corpus), frozen during training
+    from opensearch_lsr.evaluation.datasets import load_beir
+    from opensearch_lsr.opensearch.idf import compute_idf
+
+    idf = compute_idf(list(load_beir(tiny_beir, "train").corpus.values()), tok)
+    assert idf["cat"] != idf["car"]  # different document frequencies, so the check below can fail
+    q = model.encode_query(["cat car"], convert_to_tensor=True).to_dense()[0]
+    for token in ("cat", "car"):
+        assert float(q[tok.convert_tokens_to_ids(token)]) == pytest.approx(idf[token], rel=1e-6)
+    assert json.loads((out / "idf.json").read_text()) == pytest.approx(idf)
     d = model.encode_document(["cat house"], convert_to_tensor=True)
     assert d.shape[-1] == len(tok)
 
