@@ -1,6 +1,8 @@
 """Init-step timing: the exact fast path on the whole SPLADE-tiny -> kobigbird problem, the naive dense
 computation on a row sample (extrapolated per row), peak extra memory of each, and the max difference
-on the sampled rows, all in one run.
+on the sampled rows, all in one run. Two naive references: dense entmax by float64 bisection (exact;
+what the tests compare against) and the entmax package's default float32 bisection (what a plain
+implementation would run; faster but only ~1e-6 exact).
 
     python benchmarks/sembridge_init_timing.py [--sample-rows 2048]
 """
@@ -72,6 +74,19 @@ def main() -> None:
     (mixed_naive, _), naive_s, naive_mb = peak_during(
         lambda: entmax_mixing_full(t[rows], s, vals, cfg.alpha, cfg.temperature, block_size=512))
     naive_full_est = naive_s * len(t) / len(rows)
+
+    def naive_f32():
+        # what a plain implementation does: the entmax package's bisection in float32, dense rows
+        from entmax import entmax_bisect
+        T, S = torch.from_numpy(t[rows]), torch.from_numpy(s)
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(T), 512):
+                p = entmax_bisect((T[start:start + 512] @ S.T) / cfg.temperature, alpha=cfg.alpha, dim=-1)
+                out.append((p @ torch.from_numpy(vals)).numpy())
+        return np.concatenate(out)
+
+    mixed_f32, f32_s, f32_mb = peak_during(naive_f32)
     report = {
         "rows": int(len(t)), "candidates": int(len(cand)), "alpha": cfg.alpha, "temperature": cfg.temperature,
         "threads": args.threads, "load_average_1m": round(psutil.getloadavg()[0], 1),
@@ -80,6 +95,10 @@ def main() -> None:
         "naive_sample_rows": int(len(rows)), "naive_sample_s": round(naive_s, 2),
         "naive_peak_extra_mb": round(naive_mb), "naive_full_estimate_s": round(naive_full_est, 1),
         "speedup_estimate": round(naive_full_est / fast_s, 1),
+        "naive_f32_sample_s": round(f32_s, 2), "naive_f32_peak_extra_mb": round(f32_mb),
+        "naive_f32_full_estimate_s": round(f32_s * len(t) / len(rows), 1),
+        "speedup_vs_f32_estimate": round(f32_s * len(t) / len(rows) / fast_s, 1),
+        "max_abs_diff_f32_vs_float64_reference": float(np.abs(mixed_f32 - mixed_naive).max()),
         "max_abs_diff_on_sample": float(np.abs(mixed_fast[rows] - mixed_naive).max()),
     }
     print(json.dumps(report, indent=2))
