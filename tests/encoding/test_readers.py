@@ -80,3 +80,32 @@ def test_unknown_format(tmp_path):
     p.write_text("<x/>")
     with pytest.raises(ValueError, match="cannot tell the format"):
         read_corpus(p)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "tsv", "parquet"])
+def test_streaming_memory_is_flat(tmp_path, fmt):
+    """Peak Python memory while streaming does not grow with the corpus (4x the rows, same peak)."""
+    import tracemalloc
+
+    def make(n):
+        path = tmp_path / f"c{n}.{fmt}"
+        text = "서울은 한국의 수도이다 " * 20
+        if fmt == "jsonl":
+            path.write_text("".join(json.dumps({"_id": str(i), "text": text}, ensure_ascii=False) + "\n"
+                                    for i in range(n)), encoding="utf-8")
+        elif fmt == "tsv":
+            path.write_text("".join(f"{i}\t{text}\n" for i in range(n)), encoding="utf-8")
+        else:
+            pq.write_table(pa.table({"_id": [str(i) for i in range(n)], "text": [text] * n}), path,
+                           row_group_size=1000)
+        return path
+
+    peaks = []
+    for n in (2_000, 8_000):
+        path = make(n)
+        tracemalloc.start()
+        count = sum(1 for item in read_corpus(path, batch_rows=500) if isinstance(item, CorpusRecord))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert count == n
+    assert peaks[1] < 1.5 * peaks[0] + 256 * 1024, peaks
