@@ -563,6 +563,8 @@ def search_cmd(index_ref: str, query_text: str, mode: str, model: str | None, mo
     from .opensearch.query import (bool_query, explain_contributions, neural_sparse_query, query_tokens_for,
                                    search_body)
 
+    if not query_text.strip():
+        fail("the query text is empty")
     parsed_filters = {}
     for item in filters:
         key, sep, value = item.partition("=")
