@@ -65,11 +65,16 @@ def plot_loss_curves(
     present = present or ["loss"]
     fig, axes = plt.subplots(1, len(present), figsize=(5 * len(present), 3.6), squeeze=False)
     for ax, key in zip(axes[0], present):
+        values = []
         for label, rows in runs.items():
             pts = [(r["step"], r[key]) for r in rows if key in r]
             if pts:
                 xs, ys = zip(*pts)
+                values += ys
                 ax.plot(xs, ys, label=label, marker="." if len(pts) < 40 else None)
+        positive = [v for v in values if v > 0]
+        if positive and len(positive) == len(values) and max(positive) > 100 * min(positive):
+            ax.set_yscale("log")  # runs whose losses differ by orders of magnitude (random vs transferred)
         ax.set_xlabel("step")
         ax.set_title(key)
         ax.grid(alpha=0.3)

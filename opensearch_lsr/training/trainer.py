@@ -297,7 +297,8 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
     )
     if rows:
         plot_loss_curves({Path(config.model).name or config.model: rows}, out / LOSS_PNG_FILE,
-                         title=f"{loss_name} + FLOPS, {len(data.rows)} pairs")
+                         title=f"{loss_name} + FLOPS, {trainer.state.global_step} steps x batch {config.batch_size} "
+                               f"(of {len(data.rows)} pairs)")
     config.save(out, extra={"pairs": len(data.rows), "skipped_rows": len(data.skipped), "resolved_loss": loss_name,
                             "num_negatives": data.num_negatives, "train_runtime_s": round(train_seconds, 2),
                             "train_loss": getattr(state, "training_loss", None)})
