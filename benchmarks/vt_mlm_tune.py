@@ -76,6 +76,8 @@ def promote(out: Path, name: str, base: Path, dest: Path, batch_size: int, max_l
                                "body_bit_identical": row["body_bit_identical"]},
                 "promoted_from": str(out / "models" / name)})
     shutil.copytree(out / "models" / name, dest, dirs_exist_ok=True)
+    if (base / "alignment.npz").exists():  # MLM changes no alignment: the base's is the model's
+        shutil.copyfile(base / "alignment.npz", dest / "alignment.npz")
     write_json(dest / "transfer_config.json", cfg)
 
 
