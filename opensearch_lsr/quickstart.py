@@ -244,16 +244,18 @@ def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logge
 
     # 4. search a few Korean queries --------------------------------------------------------------------
     idf = json.loads(_zip_member(bundle / "sparse_tokenize.zip", "idf.json"))
+    shown_body = False
     for text in demo_queries:
         variants = {"bi-encoder": {k: v for k, v in encoder(text).items() if v > 0},
                     "inference-free (IDF)": tokenize_query(text, encoder.model.tokenizer, idf)}
         for label, tokens in variants.items():
             if not tokens:
-                echo(f"[search] {text!r} ({label}): no query token in the vocabulary")
+                echo(f"[search] {text!r} ({label}): no query token with a positive weight, nothing to send")
                 continue
             clause = neural_sparse_query(VECTOR_FIELD, query_tokens=tokens)
             body = search_body(bool_query(clause), size=3, source=[TEXT_FIELD])
-            if text == demo_queries[0] and label == "bi-encoder":
+            if not shown_body:  # the first request sent, as it would go to OpenSearch
+                shown_body = True
                 echo("[search] request body (the same DSL goes to OpenSearch: POST <index>/_search):")
                 shown = json.loads(json.dumps(body))
                 tokens = shown["query"]["neural_sparse"][VECTOR_FIELD]["query_tokens"]
@@ -261,7 +263,7 @@ def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logge
                     sorted(tokens.items(), key=lambda kv: -kv[1])[:8])
                 echo(json.dumps(shown, ensure_ascii=False, indent=1) + "  (query_tokens: top 8 shown)")
             hits = index.search(body)["hits"]["hits"]
-            echo(f"[search] {text!r} ({label}):")
+            echo(f"[search] {text!r} ({label}):" + ("" if hits else " no hits"))
             for h in hits:
                 echo(f"    {h['_score']:8.3f}  {h['_id']:<22} {h['_source'][TEXT_FIELD][:60]}")
 
