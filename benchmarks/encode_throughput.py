@@ -173,14 +173,15 @@ def _section_speed(args, ids, texts, enc) -> tuple[dict, list]:
     names = ["ours", "st"] + (["naive"] if naive is not None else [])
     # The naive loop is the slowest by far: on a busy machine it may run on every N-th block only, and
     # is then compared with ours on exactly those blocks ("ours@naive").
-    naive_docs = 0
+    naive_docs = st_docs = 0
     for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
         block = texts[a:b]
         got: dict[str, object] = {}
         ours_before = clock.wall.get("ours", 0.0)
         with_naive = naive is not None and k % args.naive_every == 0
+        with_st = k % args.st_every == 0
         for name in _rotated(names, k):
-            if name == "naive" and not with_naive:
+            if (name == "naive" and not with_naive) or (name == "st" and not with_st):
                 continue
             if name == "ours":
                 got[name] = clock.run(name, lambda: enc.encode(block))
@@ -189,23 +190,28 @@ def _section_speed(args, ids, texts, enc) -> tuple[dict, list]:
             else:
                 got[name] = clock.run(name, lambda: naive(block, bs))
                 naive_docs += len(block)
-        if with_naive:  # ours' time on this block (the rotation ran it once above)
-            clock.wall["ours@naive"] = clock.wall.get("ours@naive", 0.0) + clock.wall["ours"] - ours_before
-        ref = got["st"]
-        ref = (ref.to_dense() if ref.is_sparse else ref).float()
-        ours = _dense_from_vectors(got["ours"], enc.vocab_size)
-        diff = max(diff, float((ours[:, keep] - ref[:, keep]).abs().max()))
+        ours_block = clock.wall["ours"] - ours_before  # ours' time on this block
         if with_naive:
-            naive_diff = max(naive_diff, float((got["naive"][:, keep] - ref[:, keep]).abs().max()))
+            clock.wall["ours@naive"] = clock.wall.get("ours@naive", 0.0) + ours_block
+        if with_st:
+            clock.wall["ours@st"] = clock.wall.get("ours@st", 0.0) + ours_block
+            st_docs += len(block)
+            ref = got["st"]
+            ref = (ref.to_dense() if ref.is_sparse else ref).float()
+            ours = _dense_from_vectors(got["ours"], enc.vocab_size)
+            diff = max(diff, float((ours[:, keep] - ref[:, keep]).abs().max()))
+            if with_naive:
+                naive_diff = max(naive_diff, float((got["naive"][:, keep] - ref[:, keep]).abs().max()))
         ours_all.extend(got["ours"])
         print(f"speed block {k}: {b}/{len(texts)} docs, wall so far "
               + ", ".join(f"{n} {clock.wall[n]:.1f}s" for n in names), file=sys.stderr, flush=True)
     n = len(texts)
-    res = {f"{m}_docs_per_s": n / clock.wall[m] for m in ("ours", "st")}
+    res = {"ours_docs_per_s": n / clock.wall["ours"], "st_docs": st_docs, "st_every": args.st_every,
+           "st_docs_per_s": st_docs / clock.wall["st"], "ours_on_st_blocks_docs_per_s": st_docs / clock.wall["ours@st"]}
     res.update({f"{m}_wall_s": clock.wall[m] for m in names})
     res.update({f"{m}_cpu_s": clock.cpu[m] for m in names})
-    res["speedup_vs_st"] = clock.wall["st"] / clock.wall["ours"]
-    res["cpu_ratio_vs_st"] = clock.cpu["st"] / clock.cpu["ours"]
+    res["ours_on_st_blocks_wall_s"] = clock.wall["ours@st"]
+    res["speedup_vs_st"] = clock.wall["st"] / clock.wall["ours@st"]
     if naive is not None:
         res["naive_docs"] = naive_docs
         res["naive_every"] = args.naive_every
@@ -276,17 +282,19 @@ def _section_bf16(args, ids, texts, enc, fp32_vectors) -> dict:
         pos = {d: i for i, d in enumerate(ids)}
         dids = [d for d in ds.corpus if d in pos]  # all of them unless --limit (then: a labelled subset)
         order = [pos[d] for d in dids]
-        qids = list(ds.queries)
-        res["mrr_corpus_docs"] = len(dids)
+        kept = set(dids)  # on a --limit subset: only the queries with a judged passage in it
+        qids = [q for q in ds.queries if any(d in kept and r > 0 for d, r in ds.qrels.get(q, {}).items())]
+        res["mrr_corpus_docs"], res["mrr_queries"] = len(dids), len(qids)
+        qrels = {q: ds.qrels[q] for q in qids}
         qtexts = [ds.queries[q] for q in qids]
         q32 = _csr(enc.encode(qtexts), enc.vocab_size)
         qbf = _csr(bf.encode(qtexts), enc.vocab_size)
         d32 = _csr([fp_all[i] for i in order], enc.vocab_size)
         dbf = _csr([bf_all[i] for i in order], enc.vocab_size)
-        res["mrr10_fp32"] = float(evaluate_run(ds.qrels, top_k_run(q32, d32, qids, dids, k=100))["mrr@10"])
-        res["mrr10_bf16_docs"] = float(evaluate_run(ds.qrels, top_k_run(q32, dbf, qids, dids, k=100))["mrr@10"])
+        res["mrr10_fp32"] = float(evaluate_run(qrels, top_k_run(q32, d32, qids, dids, k=100))["mrr@10"])
+        res["mrr10_bf16_docs"] = float(evaluate_run(qrels, top_k_run(q32, dbf, qids, dids, k=100))["mrr@10"])
         res["mrr10_bf16_docs_and_queries"] = float(
-            evaluate_run(ds.qrels, top_k_run(qbf, dbf, qids, dids, k=100))["mrr@10"])
+            evaluate_run(qrels, top_k_run(qbf, dbf, qids, dids, k=100))["mrr@10"])
         res["mrr10_delta_bf16_docs"] = res["mrr10_bf16_docs"] - res["mrr10_fp32"]
     if fp32_vectors:  # the speed section's fp32 vectors are what a re-run gives
         res["fp32_vectors_repeatable"] = bool(repeat_ok)
@@ -310,7 +318,11 @@ def _section_e2e(args, ids, texts, enc) -> dict:
         client.indices.create(index="bench", body={"mappings": {"properties": {
             "id": {"type": "keyword"}, "text": {"type": "text"}, "sparse_embedding": {"type": "rank_features"}}}})
         local_dir = tmp / "local"
+        e2e_docs = 0
         for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
+            if k % args.e2e_every:
+                continue
+            e2e_docs += b - a
             corpus = tmp / f"block{k}.jsonl"
             corpus.write_text("".join(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n"
                                       for i, t in zip(ids[a:b], texts[a:b])), encoding="utf-8")
@@ -333,7 +345,8 @@ def _section_e2e(args, ids, texts, enc) -> dict:
         client.indices.refresh(index="bench")
         res["local_count"] = idx.count()
         res["double_count"] = int(client.count(index="bench")["count"])
-    n = len(texts)
+    n = res["e2e_docs"] = e2e_docs
+    res["e2e_every"] = args.e2e_every
     for name in ("encode_only", "local", "double"):
         res[f"{name}_docs_per_s"] = n / clock.wall[name]
         res[f"{name}_wall_s"] = clock.wall[name]
@@ -343,17 +356,22 @@ def _section_e2e(args, ids, texts, enc) -> dict:
     return res
 
 
+def args_block_note(section: dict) -> str:
+    return f"{section.get('docs')} passages"
+
+
 def _markdown(path: Path) -> str:
     r = json.loads(path.read_text())
-    lines = [f"model `{r['model']}`, {r['docs']} passages, batch {r['batch_size']}, {r['threads']} threads, "
-             f"device {r['device']} (GPU present: {r['gpu']})", ""]
+    lines = [f"model `{r['model']}`, batch {r['batch_size']}, {r['threads']} threads, "
+             f"device {r['device']} (GPU present: {r['gpu']}), torch {r.get('torch')}", ""]
     if "speed" in r:
         s = r["speed"]
         lines += ["| method | docs/s | wall s | CPU s | ours is x faster |", "|---|---|---|---|---|"]
-        for m, label in (("ours", "SparseDocumentEncoder (fp32)"), ("st", "sentence-transformers encode_document")):
-            ratio = 1.0 if m == "ours" else s[f"{m}_wall_s"] / s["ours_wall_s"]
-            lines.append(f"| {label} | {s[m + '_docs_per_s']:.1f} | {s[m + '_wall_s']:.1f} | "
-                         f"{s[m + '_cpu_s']:.1f} | {ratio:.2f} |")
+        lines.append(f"| SparseDocumentEncoder (fp32), all {r['speed'].get('docs', r['docs'])} passages | "
+                     f"{s['ours_docs_per_s']:.1f} | {s['ours_wall_s']:.1f} | {s['ours_cpu_s']:.1f} | 1.00 |")
+        lines.append(f"| sentence-transformers encode_document ({s['st_docs']} docs: every {s['st_every']}th block; "
+                     f"ours {s['ours_on_st_blocks_docs_per_s']:.1f} docs/s there) | {s['st_docs_per_s']:.1f} | "
+                     f"{s['st_wall_s']:.1f} | {s['st_cpu_s']:.1f} | {s['speedup_vs_st']:.2f} |")
         if "naive_docs_per_s" in s:
             lines.append(f"| naive transformers loop ({s['naive_docs']} docs: every {s['naive_every']}th block; ours "
                          f"{s['ours_on_naive_blocks_docs_per_s']:.1f} docs/s there) | {s['naive_docs_per_s']:.1f} | "
@@ -362,7 +380,9 @@ def _markdown(path: Path) -> str:
                   f"load average {s.get('loadavg_start')} -> {s.get('loadavg_end')}", ""]
     if "bf16" in r:
         b = r["bf16"]
-        lines += ["| precision | docs/s | max abs diff vs fp32 | max rel diff | active-set Jaccard | dev MRR@10 |",
+        lines += [f"bf16 section: {b.get('docs', r['docs'])} passages, MRR@10 over {b.get('mrr_corpus_docs')} passages "
+                  f"and {b.get('mrr_queries', 'all')} dev queries", "",
+                  "| precision | docs/s | max abs diff vs fp32 | max rel diff | active-set Jaccard | dev MRR@10 |",
                   "|---|---|---|---|---|---|",
                   f"| fp32 | {b['fp32_docs_per_s']:.1f} | 0 | 0 | 1 | {b.get('mrr10_fp32', float('nan')):.4f} |",
                   f"| bf16 autocast (docs) | {b['bf16_docs_per_s']:.1f} | {b['bf16_max_abs_diff_vs_fp32']:.3f} | "
@@ -373,7 +393,9 @@ def _markdown(path: Path) -> str:
                   f"{b.get('loadavg_start')} -> {b.get('loadavg_end')}", ""]
     if "e2e" in r:
         e = r["e2e"]
-        lines += ["| path | docs/s | wall s | share of encode-only |", "|---|---|---|---|",
+        lines += [f"e2e section: {e.get('e2e_docs')} passages (every {e.get('e2e_every', 1)}th block of "
+                  f"{args_block_note(e)})", "",
+                  "| path | docs/s | wall s | share of encode-only |", "|---|---|---|---|",
                   f"| encode only | {e['encode_only_docs_per_s']:.1f} | {e['encode_only_wall_s']:.1f} | 100% |",
                   f"| `lsr-os index` job -> local backend | {e['local_docs_per_s']:.1f} | {e['local_wall_s']:.1f} | "
                   f"{100 * e['local_share_of_encode_only']:.1f}% |",
@@ -394,6 +416,9 @@ def main() -> None:
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     ap.add_argument("--skip-naive", action="store_true")
     ap.add_argument("--naive-every", type=int, default=1, help="run the naive loop on every N-th block only")
+    ap.add_argument("--st-every", type=int, default=1,
+                    help="run sentence-transformers on every N-th block only (compared with ours on those blocks)")
+    ap.add_argument("--e2e-every", type=int, default=1, help="e2e section: every N-th block only")
     ap.add_argument("--fp32-every", type=int, default=1,
                     help="bf16 section: re-time fp32 on every N-th block (others reuse the speed section's vectors)")
     ap.add_argument("--force-mrr", action="store_true", help="compute MRR@10 even on a --limit subset")
@@ -440,7 +465,7 @@ def main() -> None:
             res = _section_bf16(args, ids, texts, enc, fp32_vectors)
         else:
             res = _section_e2e(args, ids, texts, enc)
-        res.update({"loadavg_start": start, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        res.update({"docs": len(texts), "loadavg_start": start, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                     "section_wall_s": round(time.perf_counter() - t0, 1), "measured": time.strftime("%Y-%m-%d %H:%M")})
         result[section] = res
         if args.out:
