@@ -24,6 +24,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _tie_canonical(hits: list[tuple[str, float]], rel: float = 1e-5) -> list[tuple[str, ...]]:
+    """Hits as groups of (near-)equal scores, each group's ids sorted: equal for two rankings that
+    differ only in how ties are broken (the double orders ties by _id, the local index and Lucene
+    by index order)."""
+    groups: list[list[str]] = []
+    last = None
+    for did, score in hits:
+        if last is None or abs(score - last) > rel * max(abs(last), 1e-12):
+            groups.append([])
+        groups[-1].append(did)
+        last = score
+    return [tuple(sorted(g)) for g in groups]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, help="MS MARCO-ko dir (default: shared data)")
@@ -94,7 +108,7 @@ def main() -> None:
         t_local_index = time.perf_counter() - t0
         results = {}
         for name, qdicts in query_sets.items():
-            n_q = hits = same_rank = same_total = 0
+            n_q = hits = same_rank = same_total = same_up_to_ties = 0
             max_diff = max_rel = 0.0
             t_local = t_remote = 0.0
             for qd in qdicts:
@@ -113,11 +127,13 @@ def main() -> None:
                 r = [(h["_id"], h["_score"]) for h in remote["hits"]]
                 m = [(h["_id"], h["_score"]) for h in mine["hits"]]
                 same_rank += [d for d, _ in r] == [d for d, _ in m]
+                same_up_to_ties += _tie_canonical(r) == _tie_canonical(m)
                 hits += len(r)
                 for (_, a), (_, b) in zip(r, m):
                     max_diff = max(max_diff, abs(a - b))
                     max_rel = max(max_rel, abs(a - b) / max(abs(a), 1e-12))
             results[name] = {"queries": n_q, "hits_compared": hits, "identical_rankings": same_rank,
+                             "identical_up_to_tie_order": same_up_to_ties,
                              "identical_totals": same_total, "max_abs_score_diff": max_diff,
                              "max_rel_score_diff": max_rel, "local_search_s": t_local, "double_search_s": t_remote}
     finally:
