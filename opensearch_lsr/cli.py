@@ -668,6 +668,44 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
     echo_json({"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"]})
 
 
+@cli.command("inference-free")
+@click.option("--model", "model_dir", required=True,
+              help="Document encoder: a SparseEncoder dir (e.g. a SemBridge/VT output) or 'splade-tiny'.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output: a sentence-transformers Router (query: IDF, document: the encoder) + idf.json.")
+@click.option("--idf-corpus", type=click.Path(exists=True), default=None,
+              help="Compute the IDF from this corpus through the model's tokenizer (BEIR corpus.jsonl/dir or text).")
+@click.option("--idf-json", type=click.Path(exists=True), default=None,
+              help="Use this IDF table (idf.json, a dir holding one, or a sparse_tokenize.zip) as it is.")
+@click.option("--source-idf", type=click.Path(exists=True), default=None,
+              help="A source doc-only model's idf.json, carried to the model's vocabulary through its "
+                   "alignment.npz (the transfer's mixing weights).")
+def inference_free_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf_json: str | None,
+                       source_idf: str | None) -> None:
+    """Build a doc-only (inference-free) encoder: IDF query side, the model as document side."""
+    from .inference_free import build_inference_free, transferred_idf
+    from .opensearch.idf import compute_idf, iter_corpus_texts, load_idf
+
+    chosen = [name for name, v in (("--idf-corpus", idf_corpus), ("--idf-json", idf_json),
+                                   ("--source-idf", source_idf)) if v]
+    if len(chosen) != 1:
+        fail("pass exactly one of --idf-corpus, --idf-json and --source-idf")
+    try:
+        if source_idf:
+            idf, how = transferred_idf(model_dir, source_idf), f"transferred from {source_idf}"
+        elif idf_json:
+            idf, how = load_idf(idf_json), f"file {idf_json}"
+        else:
+            from .transfer.surgery import load_target_tokenizer, resolve_model_path
+
+            tok = load_target_tokenizer(resolve_model_path(model_dir), what="model tokenizer")
+            idf, how = compute_idf(iter_corpus_texts(idf_corpus), tok), f"corpus {idf_corpus}"
+        build_inference_free(model_dir, out_dir, idf=idf)
+    except (ValueError, FileNotFoundError) as err:
+        fail(getattr(err, "reason", str(err)))
+    echo_json({"out": out_dir, "idf": how, "idf_entries": len(idf)})
+
+
 @cli.command("quickstart")
 @click.option("--workdir", default="runs/quickstart", show_default=True, type=click.Path(file_okay=False))
 @click.option("--data", type=click.Choice(["auto", "shared", "packaged"]), default="auto", show_default=True,

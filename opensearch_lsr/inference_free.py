@@ -31,6 +31,7 @@ __all__ = [
     "is_inference_free",
     "inference_free_parts",
     "ROUTER_QUERY_MAX_LENGTH",
+    "transferred_idf",
 ]
 
 #: DJL truncates at 512 tokens *with* [CLS]/[SEP]; the static route encodes without them.
@@ -155,3 +156,32 @@ def inference_free_parts(path: str | os.PathLike) -> tuple[Path, dict[str, float
     transformer = next(router_dir / m for m in doc_ids if "Transformer" in m)
     idf = read_json(root / "idf.json") if (root / "idf.json").exists() else {}
     return transformer, idf
+
+
+def transferred_idf(model_dir: str | os.PathLike, source_idf: Mapping[str, float] | str | os.PathLike
+                    ) -> dict[str, float]:
+    """A source model's IDF carried to a transferred model's vocabulary through its ``alignment.npz``.
+
+    ``model_dir`` is a SemBridge/VT output (``transfer_config.json`` names the source, ``alignment.npz``
+    holds the ``[V_t, V_s]`` mixing weights); ``source_idf`` is the source doc-only model's ``idf.json``
+    (a dict, a file, a dir holding one, or a ``sparse_tokenize.zip``). See ``opensearch.idf.transfer_idf``.
+
+    Raises:
+        ValueError: ``model_dir`` is not a transfer output, or the IDF table is unreadable.
+    """
+    import scipy.sparse as sp
+
+    from .opensearch.idf import load_idf, transfer_idf
+    from .transfer.surgery import load_target_tokenizer, resolve_model_path
+
+    root = Path(model_dir)
+    cfg_path, align_path = root / "transfer_config.json", root / "alignment.npz"
+    if not cfg_path.exists() or not align_path.exists():
+        raise ValueError(f"{str(root)!r} is not a transfer output (needs transfer_config.json and alignment.npz)")
+    source = read_json(cfg_path).get("source")
+    if not source:
+        raise ValueError(f"{cfg_path} does not name its source model")
+    src_tok = load_target_tokenizer(resolve_model_path(str(source)), what="source tokenizer")
+    tgt_tok = load_target_tokenizer(str(root))
+    table = dict(source_idf) if isinstance(source_idf, Mapping) else load_idf(source_idf)
+    return transfer_idf(table, src_tok, tgt_tok, sp.load_npz(align_path))

@@ -1,6 +1,7 @@
 """Doc-only encoders: Router(query=SparseStaticEmbedding(IDF), document=MLM+SpladePooling) save/load."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from opensearch_lsr.inference_free import (build_inference_free, idf_weight_vector, inference_free_parts,
@@ -50,3 +51,55 @@ def test_idf_weight_vector_defaults_and_specials(tiny_source_dir):
     assert w[tok.convert_tokens_to_ids("dog")] == 1.0
     assert all(w[i] == 0.0 for i in tok.all_special_ids)
     assert torch.all(idf_weight_vector(tok, None)[[tok.convert_tokens_to_ids("dog")]] == 1.0)
+
+
+def test_transferred_idf_and_cli(tiny_source_dir, tmp_path):
+    """``lsr-os inference-free`` with a corpus IDF, an idf.json, and a source IDF carried through
+    ``alignment.npz`` (here a permutation: each target token takes exactly one source token's IDF)."""
+    import json
+    import shutil
+
+    import numpy as np
+    import scipy.sparse as sp
+    from click.testing import CliRunner
+    from transformers import AutoTokenizer
+
+    from opensearch_lsr.cli import cli
+    from opensearch_lsr.inference_free import transferred_idf
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_source_dir, model)
+    tok = AutoTokenizer.from_pretrained(str(model))
+    v = len(tok)
+    cat, dog = tok.convert_tokens_to_ids("cat"), tok.convert_tokens_to_ids("dog")
+    perm = np.arange(v)
+    perm[[cat, dog]] = [dog, cat]  # target "cat" was built from source "dog" and vice versa
+    sp.save_npz(model / "alignment.npz", sp.csr_matrix((np.ones(v, np.float32), (np.arange(v), perm)), shape=(v, v)))
+    (model / "transfer_config.json").write_text(json.dumps({"source": str(tiny_source_dir)}))
+    src_idf = {"cat": 1.5, "dog": 4.0, "house": 2.0}
+    (tmp_path / "src_idf.json").write_text(json.dumps(src_idf))
+    got = transferred_idf(model, tmp_path / "src_idf.json")
+    assert got["cat"] == 4.0 and got["dog"] == 1.5 and got["house"] == 2.0
+    assert got["river"] == 1.0  # ML Commons' default for a source token the table lacks
+    with pytest.raises(ValueError, match="not a transfer output"):
+        transferred_idf(tiny_source_dir, src_idf)
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["inference-free", "--model", str(model), "--out", str(tmp_path / "t"),
+                              "--source-idf", str(tmp_path / "src_idf.json")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "t" / "idf.json").read_text())["cat"] == 4.0 and is_inference_free(tmp_path / "t")
+    (tmp_path / "c.txt").write_text("the cat\nthe dog\nthe house\n")
+    res = runner.invoke(cli, ["inference-free", "--model", str(model), "--out", str(tmp_path / "c"),
+                              "--idf-corpus", str(tmp_path / "c.txt")])
+    assert res.exit_code == 0, res.output
+    corpus_idf = json.loads((tmp_path / "c" / "idf.json").read_text())
+    assert corpus_idf["cat"] > corpus_idf["the"]  # df 1 of 3 vs 3 of 3
+    res = runner.invoke(cli, ["inference-free", "--model", str(model), "--out", str(tmp_path / "j"),
+                              "--idf-json", str(tmp_path / "src_idf.json")])
+    assert res.exit_code == 0 and json.loads((tmp_path / "j" / "idf.json").read_text()) == src_idf
+    bad = runner.invoke(cli, ["inference-free", "--model", str(model), "--out", str(tmp_path / "x")])
+    assert bad.exit_code != 0 and "exactly one of" in bad.output
+    bad = runner.invoke(cli, ["inference-free", "--model", str(tiny_source_dir), "--out", str(tmp_path / "x"),
+                              "--source-idf", str(tmp_path / "src_idf.json")])
+    assert bad.exit_code != 0 and "not a transfer output" in bad.output and "Traceback" not in bad.output
