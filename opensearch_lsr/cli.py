@@ -708,9 +708,11 @@ def inference_free_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf
 
 @cli.command("quickstart")
 @click.option("--workdir", default="runs/quickstart", show_default=True, type=click.Path(file_okay=False))
-@click.option("--data", type=click.Choice(["auto", "shared", "packaged"]), default="auto", show_default=True,
-              help="shared: kobigbird vocab + MS MARCO-ko (../shared/data); packaged: Korean text shipped in a "
-                   "registry package + a toolkit-trained vocabulary; auto: shared when present.")
+@click.option("--data", type=click.Choice(["auto", "shared", "packaged"]), default="packaged", show_default=True,
+              help="packaged: Korean text shipped in a registry package + a toolkit-trained vocabulary (~6 min on "
+                   "2 cores from scratch); shared: kobigbird vocab + MS MARCO-ko from ../shared/data (richer, but "
+                   "the first run embeds ~60k token strings with the bridge: 30+ min without a warm cache); "
+                   "auto: shared when present.")
 @click.option("--max-docs", type=int, default=None, help="Cap the corpus (default 600 packaged / 1000 shared).")
 @click.option("--max-queries", type=int, default=None, help="Cap the evaluated queries (default 100).")
 @click.option("--vocab-size", type=int, default=3000, show_default=True,

@@ -46,7 +46,7 @@ class QuickstartConfig(ArtifactConfig):
     FILENAME = "quickstart_config.json"
 
     workdir: str = "runs/quickstart"
-    data: Literal["auto", "shared", "packaged"] = "auto"
+    data: Literal["auto", "shared", "packaged"] = "packaged"
     max_docs: int | None = None  # default 600 packaged / 1000 shared
     max_queries: int | None = None  # default 100
     vocab_size: int = 3000  # packaged: size of the trained target vocabulary
