@@ -238,7 +238,7 @@ def variant_row(name: str, cfg: dict) -> dict:
 def run_group(name: str, args, out: Path, data: Path, dataset) -> list[dict]:
     """Evaluate ``name`` and, for a VT parent, its ``-apc<rate>`` children from the same encode."""
     spec = parse_variant(name)
-    names = [name] + ([f"{name}-apc{args.apc}"] if spec["kind"] == "vt" and spec["apc"] is None and args.apc
+    names = [name] + ([f"{name}-apc{rate}" for rate in args.apc] if spec["kind"] == "vt" and spec["apc"] is None
                       else [])
     todo = [n for n in names if not (out / "results" / f"{n}.json").exists()]
     if not todo:
@@ -330,8 +330,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-queries", type=int, default=0, help="first N judged dev queries (0 = all 1,000)")
     ap.add_argument("--max-docs", type=int, default=0,
                     help="corpus subset: judged passages of the queries + random others up to N (0 = all 7,279)")
-    ap.add_argument("--apc", default="source",
-                    help="APC child evaluated with every VT parent from the same encode ('' = none)")
+    ap.add_argument("--apc", nargs="*", default=["source"],
+                    help="APC children (rates or 'source') evaluated with every VT parent from its encode")
     ap.add_argument("--verify", type=int, default=8,
                     help="check N passages of each APC child against sentence-transformers (0 = skip)")
     ap.add_argument("--threads", type=int, default=1)
