@@ -301,24 +301,52 @@ def _section_bf16(args, ids, texts, enc, fp32_vectors) -> dict:
     return res
 
 
+class _double:
+    """H-cluster's OpenSearch HTTP test double (``tests/opensearch/double``), by default in its own
+    process, as a real cluster would be: its request handling (spec validation, indexing) is then not
+    charged to the encoding process's CPU and GIL."""
+
+    def __init__(self, in_process: bool) -> None:
+        self.in_process = in_process
+
+    def __enter__(self) -> str:
+        if self.in_process:
+            sys.path.insert(0, str(ROOT / "tests" / "opensearch"))
+            from double.server import OpenSearchDouble
+
+            self.double = OpenSearchDouble().start()
+            return self.double.url
+        code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from double.server import OpenSearchDouble; "
+                "d = OpenSearchDouble().start(); print(d.url, flush=True); sys.stdin.read()")
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tests" / "opensearch")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return self.proc.stdout.readline().strip()
+
+    def __exit__(self, *exc) -> None:
+        if self.in_process:
+            self.double.stop()
+        else:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+
 def _section_e2e(args, ids, texts, enc) -> dict:
     from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
     from opensearch_lsr.local.index import LocalIndex
     from opensearch_lsr.opensearch.client import make_client
 
-    sys.path.insert(0, str(ROOT / "tests" / "opensearch"))
-    from double.server import OpenSearchDouble  # H-cluster's HTTP test double
-
     clock = _Clock()
     enc.encode(texts[:args.batch_size])
-    res: dict = {}
-    with tempfile.TemporaryDirectory() as tmp, OpenSearchDouble() as double:
+    res: dict = {"double_in_process": args.double_in_process}
+    with tempfile.TemporaryDirectory() as tmp, _double(args.double_in_process) as url:
         tmp = Path(tmp)
-        client = make_client(double.url)
-        client.indices.create(index="bench", body={"mappings": {"properties": {
-            "id": {"type": "keyword"}, "text": {"type": "text"}, "sparse_embedding": {"type": "rank_features"}}}})
-        local_dir = tmp / "local"
-        e2e_docs = 0
+        client = make_client(url)
+        mapping = {"mappings": {"properties": {
+            "id": {"type": "keyword"}, "text": {"type": "text"}, "sparse_embedding": {"type": "rank_features"}}}}
+        # One index per block for both backends: each job then refreshes (and the local backend
+        # opens) an index of its own block's size, so the sum over blocks costs what one job over
+        # all the passages would, instead of re-opening/refreshing an ever larger index.
+        e2e_docs, local_count, double_count = 0, 0, 0
         for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
             if k % args.e2e_every:
                 continue
@@ -326,25 +354,26 @@ def _section_e2e(args, ids, texts, enc) -> dict:
             corpus = tmp / f"block{k}.jsonl"
             corpus.write_text("".join(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n"
                                       for i, t in zip(ids[a:b], texts[a:b])), encoding="utf-8")
+            client.indices.create(index=f"bench-{k}", body=mapping)
             for name in _rotated(["encode_only", "local", "double"], k):
                 if name == "encode_only":
                     clock.run(name, lambda: enc.encode(texts[a:b]))
                     continue
                 cfg = IndexJobConfig(corpus=str(corpus), model=args.model, batch_size=args.batch_size,
                                      backend="local" if name == "local" else "opensearch",
-                                     index=str(local_dir) if name == "local" else "bench",
+                                     index=str(tmp / f"local{k}") if name == "local" else f"bench-{k}",
                                      work_dir=str(tmp / f"{name}{k}.job"))
                 s = clock.run(name, lambda: run_index_job(
                     cfg, encoder=enc, client_factory=lambda: client, progress=False))
                 assert s["indexed"] == b - a and s["dead_lettered"] == 0, s
                 res[f"{name}_peak_rss_mb"] = s["peak_rss_mb"]
+            idx = LocalIndex.open(tmp / f"local{k}")
+            idx.refresh()
+            local_count += idx.count()
+            double_count += int(client.count(index=f"bench-{k}")["count"])
             print(f"e2e block {k}: {b}/{len(texts)}, " + ", ".join(f"{n} {v:.1f}s" for n, v in clock.wall.items()),
                   file=sys.stderr, flush=True)
-        idx = LocalIndex.open(local_dir)
-        idx.refresh()
-        client.indices.refresh(index="bench")
-        res["local_count"] = idx.count()
-        res["double_count"] = int(client.count(index="bench")["count"])
+        res["local_count"], res["double_count"] = local_count, double_count
     n = res["e2e_docs"] = e2e_docs
     res["e2e_every"] = args.e2e_every
     for name in ("encode_only", "local", "double"):
@@ -418,6 +447,8 @@ def main() -> None:
     ap.add_argument("--naive-every", type=int, default=1, help="run the naive loop on every N-th block only")
     ap.add_argument("--st-every", type=int, default=1,
                     help="run sentence-transformers on every N-th block only (compared with ours on those blocks)")
+    ap.add_argument("--double-in-process", action="store_true",
+                    help="e2e: run the OpenSearch test double inside the benchmark process (default: its own)")
     ap.add_argument("--e2e-every", type=int, default=1, help="e2e section: every N-th block only")
     ap.add_argument("--fp32-every", type=int, default=1,
                     help="bf16 section: re-time fp32 on every N-th block (others reuse the speed section's vectors)")
