@@ -288,9 +288,10 @@ def markdown_table(out: Path) -> str:
     """The finished rows as a markdown table (APC rows: probe rate and probe passage dims before -> after)."""
     rows = {p.stem: read_json(p) for p in sorted((out / "results").glob("*.json"))}
     order = [v for v in TABLE_ORDER if v in rows] + [v for v in rows if v not in TABLE_ORDER]
-    lines = ["| variant | MRR@10 | nDCG@10 | R@100 | doc dims | query dims | FLOPS | APC rate before -> after "
-             "| APC probe doc dims before -> after | MLM loss first -> last |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    base = rows.get(BASELINE, {}).get("mrr@10")
+    lines = [f"| variant | MRR@10 | nDCG@10 | R@100 | MRR x {BASELINE} | doc dims | query dims | FLOPS "
+             "| APC rate before -> after | APC probe doc dims before -> after | MLM loss first -> last |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in order:
         r = rows[name]
         apc = r.get("apc")
@@ -300,9 +301,10 @@ def markdown_table(out: Path) -> str:
         mlm = r.get("mlm")
         loss = f"{mlm['first_loss']:.2f} -> {mlm['final_loss']:.2f}" if mlm else ""
         if "skipped" in r:
-            lines.append(f"| {name} | - | - | - | - | - | - | {rate} | {dims} | {loss} |")
+            lines.append(f"| {name} | - | - | - | - | - | - | - | {rate} | {dims} | {loss} |")
             continue
-        lines.append(f"| {name} | {r['mrr@10']:.3f} | {r['ndcg@10']:.3f} | {r['recall@100']:.3f} | "
+        ratio = f"{r['mrr@10'] / base:.2f}" if base else "-"
+        lines.append(f"| {name} | {r['mrr@10']:.3f} | {r['ndcg@10']:.3f} | {r['recall@100']:.3f} | {ratio} | "
                      f"{r['doc_active_dims']:.0f} | {r['query_active_dims']:.1f} | {r['flops']:.2f} | {rate} | "
                      f"{dims} | {loss} |")
     return "\n".join(lines) + "\n"
