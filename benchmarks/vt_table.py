@@ -315,10 +315,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="runs/bench_vt")
     ap.add_argument("--only", nargs="*", default=None, help="variants to run (default: all, in order)")
     ap.add_argument("--table", action="store_true", help="only print the table of finished variants")
-    ap.add_argument("--mlm-steps", type=int, default=200)
+    ap.add_argument("--mlm-steps", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-length", type=int, default=96)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--mlm-optimizer", choices=["adamw", "sgd"], default="adamw")
     ap.add_argument("--mlm-fixed-bias", action="store_true", help="keep the PDA output bias fixed during MLM")
     ap.add_argument("--sembridge-model", default=None,

@@ -159,7 +159,7 @@ def adapt_embeddings(
     steps: int = 300,
     batch_size: int = 32,
     max_length: int = 128,
-    lr: float = 1e-3,
+    lr: float = 1e-4,
     mask_rate: float = 0.3,
     new_token_weight: float = 2.0,
     seed: int = 0,

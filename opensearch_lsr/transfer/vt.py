@@ -97,6 +97,8 @@ class VTConfig(ArtifactConfig):
         prior: where the PDA prior comes from (``auto``: target model bias if any, else corpus).
         mlm_steps, batch_size, max_length, lr, mask_rate, new_token_weight: MLM adaptation
             (``new_token_weight`` is lambda of the Overlap-aware Masking Curriculum; paper: 2, 0.3).
+            ``lr`` defaults to 1e-4: AdamW moves every tied vocabulary row by ~lr per step, and 2e-3
+            halved SPLADE-tiny's MRR@10 on MS MARCO-ko (benchmarks/results/vt_table.md).
         mlm_optimizer: ``adamw`` (every tied vocabulary row moves ~lr per step) or ``sgd`` (momentum 0.9;
             rows move in proportion to their gradient); see :func:`~.adaptation.adapt_embeddings`.
         mlm_train_bias: train the output bias in the MLM phase (False: keep the PDA bias fixed).
@@ -128,7 +130,7 @@ class VTConfig(ArtifactConfig):
     mlm_steps: int = 0
     batch_size: int = 32
     max_length: int = 128
-    lr: float = 1e-3
+    lr: float = 1e-4
     mask_rate: float = 0.3
     new_token_weight: float = 2.0
     mlm_optimizer: Literal["adamw", "sgd"] = "adamw"
