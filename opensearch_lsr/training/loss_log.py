@@ -73,8 +73,11 @@ def plot_loss_curves(
                 values += ys
                 ax.plot(xs, ys, label=label, marker="." if len(pts) < 40 else None)
         positive = [v for v in values if v > 0]
-        if positive and len(positive) == len(values) and max(positive) > 100 * min(positive):
-            ax.set_yscale("log")  # runs whose losses differ by orders of magnitude (random vs transferred)
+        if positive and max(positive) > 100 * min(positive):  # runs differing by orders of magnitude
+            if len(positive) == len(values):
+                ax.set_yscale("log")
+            else:  # zeros (regulariser weights ramped from 0): linear near 0, log above
+                ax.set_yscale("symlog", linthresh=min(positive))
         ax.set_xlabel("step")
         ax.set_title(key)
         ax.grid(alpha=0.3)
