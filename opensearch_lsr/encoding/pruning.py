@@ -40,14 +40,15 @@ class PruneConfig:
     prune_ratio: float | None = None
 
     def __post_init__(self) -> None:
+        # messages as neural-search's SparseEncodingProcessorFactory / PruneUtils word them (contract 4.1)
         if self.prune_type not in _PRUNE_TYPES:
-            raise ValueError(f"prune_type {self.prune_type!r} is not one of {', '.join(_PRUNE_TYPES)}")
+            raise ValueError(f"Unknown prune type: {self.prune_type} (not one of {', '.join(_PRUNE_TYPES)})")
         if self.prune_type == "none":
             if self.prune_ratio is not None:
                 raise ValueError("prune_ratio field is not supported when prune_type is not provided")
             return
         if self.prune_ratio is None:
-            raise ValueError(f"prune_type {self.prune_type!r} needs a prune_ratio")
+            raise ValueError(f"prune_type {self.prune_type} needs a prune_ratio")
         r = float(self.prune_ratio)
         ok = {
             "top_k": r > 0 and r == math.floor(r),
@@ -57,12 +58,13 @@ class PruneConfig:
         }[self.prune_type]
         if not ok or not math.isfinite(r):
             desc = {
-                "top_k": "a positive integer",
+                "top_k": "positive integer",
                 "max_ratio": "in the range [0, 1)",
                 "alpha_mass": "in the range [0, 1)",
                 "abs_value": "non-negative",
             }[self.prune_type]
-            raise ValueError(f"Illegal prune_ratio {r} for prune_type {self.prune_type}: it should be {desc}")
+            raise ValueError(f"Illegal prune_ratio {r:f} for prune_type: {self.prune_type}. "
+                             f"prune_ratio should be {desc}.")
 
     def __str__(self) -> str:
         return "none" if self.prune_type == "none" else f"{self.prune_type}:{self.prune_ratio:g}"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -143,25 +142,14 @@ def validate_prune(prune_type: str | None, prune_ratio: float | None) -> tuple[s
 
     Returns ``(prune_type, prune_ratio)`` with ``"none"`` for no pruning.
     """
-    ptype = prune_type or "none"
-    if ptype not in PRUNE_TYPES:
-        raise IndexSetupError(f"Unknown prune type: {ptype} (allowed: {', '.join(PRUNE_TYPES)})")
-    if ptype == "none":
-        if prune_ratio is not None:
-            raise IndexSetupError("prune_ratio field is not supported when prune_type is not provided")
-        return ptype, None
-    if prune_ratio is None:
-        raise IndexSetupError(f"prune_type {ptype} needs a prune_ratio")
-    ratio = float(prune_ratio)
-    valid = {
-        "top_k": (ratio > 0 and ratio == math.floor(ratio), "prune_ratio should be positive integer."),
-        "max_ratio": (0 <= ratio < 1, "prune_ratio should be in the range [0, 1)."),
-        "alpha_mass": (0 <= ratio < 1, "prune_ratio should be in the range [0, 1)."),
-        "abs_value": (ratio >= 0, "prune_ratio should be non-negative."),
-    }[ptype]
-    if not valid[0]:
-        raise IndexSetupError(f"Illegal prune_ratio {ratio:f} for prune_type: {ptype}. {valid[1]}")
-    return ptype, (int(ratio) if ptype == "top_k" else ratio)
+    from ..encoding.pruning import PruneConfig
+
+    try:
+        config = PruneConfig(prune_type or "none", prune_ratio)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise IndexSetupError(str(err)) from None
+    ratio = config.prune_ratio
+    return config.prune_type, (int(ratio) if config.prune_type == "top_k" else ratio)
 
 
 def parse_prune(spec: str | None) -> tuple[str, float | None]:
