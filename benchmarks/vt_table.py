@@ -166,14 +166,7 @@ class PooledLogitEncoder(SparseDocumentEncoder):
     """
 
     def _encode_sorted(self, batch: list[list[int]]) -> torch.Tensor:
-        lens = [len(x) for x in batch]
-        width = max(lens)
-        pad = self.tokenizer.pad_token_id or 0
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, seq in enumerate(batch):
-            input_ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-            mask[row, :len(seq)] = 1
+        input_ids, mask, lens = self._pad_batch(batch)
         hidden = self.head.body(input_ids, mask)
         return self._pooled_logit_max(self.head.transform(hidden[mask.bool()]), lens)
 

@@ -288,16 +288,20 @@ class SparseDocumentEncoder:
         self.stats.tokens += sum(map(len, ids))
         return out
 
-    def _encode_sorted(self, batch: list[list[int]]) -> torch.Tensor:
-        """Weights ``[b, V]`` for one micro-batch of token-id lists (roughly equal lengths)."""
+    def _pad_batch(self, batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Right-padded ``input_ids`` and ``attention_mask`` for token-id lists, plus their lengths."""
         lens = [len(x) for x in batch]
-        width = max(lens)
         pad = self.tokenizer.pad_token_id or 0
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        input_ids = torch.full((len(batch), max(lens)), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), max(lens)), dtype=torch.long)
         for row, seq in enumerate(batch):
             input_ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
             mask[row, :len(seq)] = 1
+        return input_ids, mask, lens
+
+    def _encode_sorted(self, batch: list[list[int]]) -> torch.Tensor:
+        """Weights ``[b, V]`` for one micro-batch of token-id lists (roughly equal lengths)."""
+        input_ids, mask, lens = self._pad_batch(batch)
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         with self._autocast():
             if self.head is None:
