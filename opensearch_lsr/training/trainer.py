@@ -208,7 +208,8 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
     data = load_training_data(config.dataset, config.split, skip_bad_rows=skip_bad_rows, max_pairs=config.max_pairs)
     if config.teacher:
         data = mine_teacher_negatives(data, config.teacher, num_negatives=config.teacher_negatives,
-                                      range_max=config.teacher_depth, temperature=config.teacher_temperature,
+                                      range_max=config.teacher_depth, margin=config.teacher_margin,
+                                      temperature=config.teacher_temperature,
                                       seed=config.seed)
     loss_name = _resolve_loss(config, data)
     workdir = Path(tempfile.mkdtemp(prefix="lsr-train-"))

@@ -104,3 +104,12 @@ def test_train_with_teacher_distils_kl(tiny_encoder_dir, tiny_beir, tmp_path, bo
     res = CliRunner().invoke(cli, ["train", "--model", str(tiny_encoder_dir), "--dataset", str(tiny_beir),
                                    "--out", str(tmp_path / "x"), "--teacher", "fake", "--hard-negatives", "bm25"])
     assert res.exit_code == 1 and "drop --hard-negatives" in res.output
+
+
+def test_margin_skips_near_ties_of_the_positive(tiny_beir, bow_teacher):
+    data = read_beir_pairs(tiny_beir, "train")
+    mined = mine_teacher_negatives(data, "fake", num_negatives=1, range_max=10, margin=0.3, temperature=1.0)
+    assert mined.rows
+    for row in mined.rows:
+        # without the margin, same-topic passages (cosine equal to the positive's) would be drawn
+        assert row["label"][1] <= row["label"][0] - 0.3 + 1e-6
