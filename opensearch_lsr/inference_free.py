@@ -26,6 +26,7 @@ from .config import ArtifactConfig, read_json, write_json
 __all__ = [
     "InferenceFreeConfig",
     "idf_weight_vector",
+    "idf_from_weights",
     "build_inference_free",
     "load_inference_free",
     "is_inference_free",
@@ -60,6 +61,15 @@ def idf_weight_vector(tokenizer, idf: Mapping[str, float] | None) -> torch.Tenso
         if key:
             weights[i] = float(idf.get(key, 1.0)) if idf is not None else 1.0
     return weights
+
+
+def idf_from_weights(tokenizer, weights: torch.Tensor) -> dict[str, float]:
+    """The inverse of :func:`idf_weight_vector`: ``{decode([id]): weight}`` for every id with a
+    non-empty key and a positive weight (what ``idf.json`` holds for ML Commons' query side)."""
+    from .opensearch.query import decode_keys
+
+    values = weights.detach().float().cpu().tolist()
+    return {key: w for key, w in zip(decode_keys(tokenizer), values) if key and w > 0}
 
 
 def _load_idf(idf: Mapping[str, float] | str | os.PathLike | None) -> tuple[dict[str, float] | None, str]:

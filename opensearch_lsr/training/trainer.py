@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import re
 import shutil
 import tempfile
 import time
@@ -133,7 +134,26 @@ def load_start_model(config: TrainConfig, data: TrainingData, workdir: Path):
             raise TransferInputError(f"{config.model!r} is an inference-free (Router) model: pass --inference-free")
     model.lsr_inference_lengths = _get_max_seq_length(model)
     _set_max_seq_length(model, config.max_seq_length)
+    for static in _static_query_modules(model):
+        # frozen IDF unless --query-lr (a saved Router remembers whether it was trained last time)
+        static.frozen = not config.query_lr > 0
+        static.weight.requires_grad_(config.query_lr > 0)
     return model
+
+
+def _static_query_modules(model) -> list:
+    from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding
+
+    return [m for m in model.modules() if isinstance(m, SparseStaticEmbedding)]
+
+
+def _query_lr_mapping(model, config: TrainConfig) -> dict[str, float]:
+    """sentence-transformers' ``learning_rate_mapping`` for the learned IDF query weights."""
+    if not config.query_lr > 0:
+        return {}
+    weights = {id(m.weight) for m in _static_query_modules(model)}
+    names = [n for n, p in model.named_parameters() if id(p) in weights]
+    return {re.escape(n) + "$": config.query_lr for n in names}
 
 
 def _fill_mask_modules(model) -> list:
@@ -155,15 +175,21 @@ def _set_max_seq_length(model, length: int | list[int | None]) -> None:
         model.max_seq_length = length
 
 
-def _copy_idf_files(config: TrainConfig, workdir: Path, out: Path) -> None:
-    """The frozen IDF query side is unchanged by training: keep its ``idf.json`` (what export's
-    ``sparse_tokenize.zip`` needs) and assembly config next to the fine-tuned doc-only model."""
-    from ..inference_free import InferenceFreeConfig
+def _save_idf_files(model, config: TrainConfig, workdir: Path, out: Path) -> None:
+    """Keep ``idf.json`` (what export's ``sparse_tokenize.zip`` needs) and the assembly config next to
+    the fine-tuned doc-only model: the frozen IDF is copied unchanged, learned weights are written."""
+    from ..inference_free import InferenceFreeConfig, idf_from_weights
     from ..transfer.surgery import resolve_model_path
 
     built = workdir / "inference_free_start"
     src = built if built.is_dir() else Path(resolve_model_path(config.model))
-    for name in ("idf.json", InferenceFreeConfig.FILENAME):
+    names = [InferenceFreeConfig.FILENAME]
+    statics = _static_query_modules(model)
+    if config.query_lr > 0 and statics:
+        write_json(out / "idf.json", idf_from_weights(statics[0].tokenizer, statics[0].weight))
+    else:
+        names.append("idf.json")
+    for name in names:
         if (src / name).exists():
             shutil.copyfile(src / name, out / name)
 
@@ -259,6 +285,7 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
             # in-batch negatives: a duplicate text in a batch would be a false negative
             batch_sampler=BatchSamplers.NO_DUPLICATES if loss_name == "infonce" else BatchSamplers.BATCH_SAMPLER,
             router_mapping=router_mapping or {},
+            learning_rate_mapping=_query_lr_mapping(model, config),
         )
         log_cb = LossLogCallback(out / LOSS_LOG_FILE)
         reg_cb = SpladeRegularizerWeightSchedulerCallback(loss, warmup_ratio=config.regularizer_warmup_ratio)
@@ -276,9 +303,12 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
             if subset_eval is not None and not config.eval_steps:
                 subset_eval(model, steps=trainer.state.global_step)
             _set_max_seq_length(model, inference_lengths)
+            with torch.no_grad():  # learned query weights: OpenSearch's IDF side has no negative weight
+                for static in _static_query_modules(model):
+                    static.weight.clamp_(min=0)
             model.save(str(out))
             if config.inference_free:
-                _copy_idf_files(config, workdir, out)
+                _save_idf_files(model, config, workdir, out)
             final_dev = None
             final_seconds = None
             if config.final_eval:

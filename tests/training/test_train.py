@@ -109,6 +109,34 @@ def test_inference_free_trains_and_reloads(tiny_encoder_dir, tiny_beir, tmp_path
     assert d.shape[-1] == len(tok)
 
 
+def test_inference_free_query_lr_learns_the_idf_side(tiny_encoder_dir, tiny_beir, tmp_path):
+    from sentence_transformers import SparseEncoder
+
+    from opensearch_lsr.evaluation.datasets import load_beir
+    from opensearch_lsr.inference_free import idf_weight_vector
+    from opensearch_lsr.opensearch.idf import compute_idf
+
+    out = tmp_path / "if_lr"
+    train(_config(tiny_encoder_dir, tiny_beir, out, max_steps=3, inference_free=True, query_lr=0.5))
+    model = SparseEncoder(str(out), device="cpu")
+    tok = model.tokenizer
+    start = idf_weight_vector(tok, compute_idf(list(load_beir(tiny_beir, "train").corpus.values()), tok))
+    learned = next(m for m in model.modules() if type(m).__name__ == "SparseStaticEmbedding").weight.detach()
+    assert not torch.allclose(learned, start) and float(learned.min()) >= 0
+    # idf.json (what the export ships as the query side) holds the learned weights
+    saved = json.loads((out / "idf.json").read_text())
+    for token in ("cat", "car", "house"):
+        assert saved.get(token, 0.0) == pytest.approx(float(learned[tok.convert_tokens_to_ids(token)]), rel=1e-6)
+    # a further run without --query-lr keeps the (now learned) weights frozen
+    out2 = tmp_path / "if_frozen"
+    train(_config(str(out), tiny_beir, out2, max_steps=1, inference_free=True))
+    again = next(m for m in SparseEncoder(str(out2), device="cpu").modules()
+                 if type(m).__name__ == "SparseStaticEmbedding").weight.detach()
+    assert torch.equal(again, learned)
+    with pytest.raises(ValueError, match="add --inference-free"):
+        train(_config(tiny_encoder_dir, tiny_beir, tmp_path / "x", max_steps=1, query_lr=0.1))
+
+
 def test_teacher_losses_from_jsonl(tiny_encoder_dir, tmp_path):
     rows = [{"query": f"cat {w}", "positive": f"cat {w} house", "negative": "the road", "scores": [5.0, 1.0]}
             for w in ("dog", "city", "river", "book")]
