@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--teacher-negatives", type=int, default=4)
     ap.add_argument("--teacher-depth", type=int, default=30)
     ap.add_argument("--teacher-margin", type=float, default=0.0)
+    ap.add_argument("--teacher-temperature", type=float, default=0.01)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
@@ -160,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
                               logging_steps=args.logging_steps, save_steps=args.save_steps, resume=True,
                               threads=args.threads, loss=args.loss, query_lr=args.query_lr, hard_negatives=args.hard_negatives,
                               teacher=args.teacher, teacher_negatives=args.teacher_negatives,
-                              teacher_depth=args.teacher_depth, teacher_margin=args.teacher_margin)
+                              teacher_depth=args.teacher_depth, teacher_margin=args.teacher_margin,
+                              teacher_temperature=args.teacher_temperature)
             res = train(cfg)
             t0 = time.perf_counter()
             from opensearch_lsr.transfer.surgery import load_sparse_encoder
