@@ -757,7 +757,8 @@ def quickstart_cmd(workdir: str, data: str, max_docs: int | None, max_queries: i
 @click.option("--teacher-depth", type=int, default=30, show_default=True,
               help="Teacher ranks the negatives are drawn from (positives skipped).")
 @click.option("--teacher-temperature", type=float, default=0.01, show_default=True,
-              help="Teacher scores are cosine / this (e5's contrastive temperature).")
+              help="Teacher scores are cosine / this; match the student's score scale for kldiv/marginmse "
+                   "(inference-free students: about 0.0015, see training.teacher).")
 @click.option("--teacher-margin", type=float, default=0.0, show_default=True,
               help="Skip candidates whose teacher cosine is within this of the positive's (false negatives).")
 @click.option("--max-pairs", type=int, default=0, show_default=True, help="Use the first N pairs (0 = all).")

