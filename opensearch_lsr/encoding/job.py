@@ -37,6 +37,7 @@ from ..config import ArtifactConfig, read_json, write_json
 from .documents import DocumentBuilder, KeyFormat, LongTextPolicy, doc_id_for, nested_mapping, flat_mapping, split_passages
 from .pruning import parse_prune
 from .readers import BadRecord, CorpusRecord, count_records, read_corpus
+from ..errors import LsrError
 
 __all__ = ["Backend", "IndexJobConfig", "IndexJobError", "run_index_job", "default_work_dir"]
 
@@ -50,7 +51,7 @@ SUMMARY = "summary.json"
 SEEN_DB = "seen_ids.sqlite"
 
 
-class IndexJobError(RuntimeError):
+class IndexJobError(LsrError, RuntimeError):
     """A job-level failure with one clear sentence (bad options, cluster down, stale checkpoint)."""
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..config import read_json
+from ..errors import LsrError
 
 __all__ = [
     "LocalIndex",
@@ -67,7 +68,7 @@ NEURAL_SPARSE_FIELDS = {"query_text", "model_id", "query_tokens", "analyzer", "m
                         "_name", "method_parameters"}
 
 
-class LocalIndexError(ValueError):
+class LocalIndexError(LsrError, ValueError):
     """An OpenSearch-like error: ``status``, ``error_type`` and ``reason`` as the REST API reports them."""
 
     def __init__(self, reason: str, error_type: str = "illegal_argument_exception", status: int = 400):

@@ -49,6 +49,7 @@ from typing import Any, Dict, Literal
 
 
 from ..config import ArtifactConfig, sha256_file, write_json
+from ..errors import LsrError
 
 __all__ = [
     "ExportConfig",
@@ -81,7 +82,7 @@ DEFAULT_VERIFY_TEXTS: tuple[str, ...] = (
 )
 
 
-class ExportError(ValueError):
+class ExportError(LsrError, ValueError):
     """Bad export input (missing dir, not a sparse encoder, colliding keys...): one clear sentence."""
 
 

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import LsrError
+
 __all__ = ["BulkOutcome", "BulkWriteError", "OpenSearchBulkWriter", "is_retryable_status"]
 
 logger = logging.getLogger(__name__)
@@ -35,7 +37,7 @@ class BulkOutcome:
     error: Any = None
 
 
-class BulkWriteError(RuntimeError):
+class BulkWriteError(LsrError, RuntimeError):
     """The cluster kept refusing whole requests (unreachable, overloaded) after all retries."""
 
 

@@ -16,6 +16,8 @@ import re
 from typing import Any, Callable, Literal
 from urllib.parse import urlparse
 
+from ..errors import LsrError
+
 __all__ = [
     "ClusterFeatures",
     "ClusterConnectionError",
@@ -36,7 +38,7 @@ CONNECTION_OPTION_NAMES = ("url", "user", "password", "ca_certs", "insecure", "a
 AwsService = Literal["es", "aoss"]
 
 
-class ClusterConnectionError(ValueError):
+class ClusterConnectionError(LsrError, ValueError):
     """Bad connection options or an unreachable/unsupported cluster (one clear sentence)."""
 
 

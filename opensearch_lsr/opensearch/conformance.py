@@ -32,6 +32,8 @@ from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
+from ..errors import LsrError
+
 __all__ = [
     "ConformanceError",
     "MLCommonsRuntime",
@@ -57,7 +59,7 @@ FORBIDDEN_SUFFIXES: tuple[str, ...] = (".jar", ".class", ".so", ".dylib", ".dll"
 MODEL_SUFFIXES: tuple[str, ...] = (".pt", ".onnx")
 
 
-class ConformanceError(ValueError):
+class ConformanceError(LsrError, ValueError):
     """The artifact would fail, or behave differently, inside ML Commons: one clear sentence."""
 
 

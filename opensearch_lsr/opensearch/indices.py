@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .client import ClusterFeatures
+from ..errors import LsrError
 
 __all__ = [
     "IndexSetupError",
@@ -61,7 +62,7 @@ MAX_SPARSE_VECTOR_VOCAB = 32768
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
-class IndexSetupError(ValueError):
+class IndexSetupError(LsrError, ValueError):
     """Bad index/pipeline options or a feature the cluster does not have (one clear sentence)."""
 
 

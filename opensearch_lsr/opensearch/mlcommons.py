@@ -31,6 +31,7 @@ from typing import Any, Callable, Literal
 
 from ..config import ArtifactConfig, read_json, sha256_file
 from .client import ClusterFeatures, detect_features
+from ..errors import LsrError
 
 __all__ = [
     "DeployConfig",
@@ -74,7 +75,7 @@ _DEPLOYED = {"DEPLOYED", "LOADED"}
 ML = "/_plugins/_ml"
 
 
-class DeployError(RuntimeError):
+class DeployError(LsrError, RuntimeError):
     """A deploy step failed; the message names the state left behind and the clean-up."""
 
     def __init__(self, message: str, *, model_ids: dict[str, str] | None = None) -> None:

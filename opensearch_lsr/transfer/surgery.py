@@ -16,6 +16,7 @@ import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..resources import SPLADE_TINY, splade_tiny_path
+from ..errors import LsrError
 
 __all__ = [
     "TransferInputError",
@@ -32,7 +33,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class TransferInputError(ValueError):
+class TransferInputError(LsrError, ValueError):
     """Bad user input (path, id, tokenizer, model type, parameter): one clear sentence for the CLI."""
 
 
