@@ -1,0 +1,31 @@
+"""`lsr-os`: the command line, one module per command group.
+
+=================  ==========================================================================
+module             commands
+=================  ==========================================================================
+``app``            the root group ``cli``, ``echo_json``, ``fail``, ``user_errors``
+``transfer``       ``transfer sembridge|inspect|vt``, ``tokenizer train``
+``deploy``         ``export``, ``deploy-model``, ``create-index``, ``create-pipeline``
+``index``          ``index`` (the batch encoding job)
+``search``         ``search``, ``eval``, ``inference-free``, ``quickstart``
+``train``          ``train``
+=================  ==========================================================================
+
+Importing this package registers every command on ``cli``; ``main`` is the ``lsr-os`` entry point.
+"""
+from __future__ import annotations
+
+import sys
+
+from . import deploy, index, search, train, transfer  # noqa: F401 - importing registers the commands
+from .app import cli, echo_json, fail, user_errors
+
+__all__ = ["main", "cli", "echo_json", "fail", "user_errors"]
+
+
+def main() -> None:
+    """The ``lsr-os`` console entry point."""
+    try:
+        cli(standalone_mode=True)
+    except KeyboardInterrupt:  # pragma: no cover
+        sys.exit(130)

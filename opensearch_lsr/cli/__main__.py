@@ -1,0 +1,6 @@
+"""``python -m opensearch_lsr.cli``."""
+from __future__ import annotations
+
+from . import main
+
+main()

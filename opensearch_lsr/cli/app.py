@@ -1,0 +1,62 @@
+"""The root `lsr-os` click group and the helpers every command module shares.
+
+Each command only parses options, calls the library and prints. Errors: every deliberate library error
+derives from :class:`opensearch_lsr.errors.LsrError`; configuration dataclasses raise ``ValueError``
+(listing the allowed values) and missing inputs ``FileNotFoundError``. :func:`user_errors` turns exactly
+these into one ``Error: ...`` line (``click.ClickException``); anything else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any, Iterator, NoReturn
+
+import click
+
+from .. import __version__
+from ..errors import LsrError
+
+__all__ = ["cli", "echo_json", "fail", "user_errors", "error_message", "USER_ERRORS"]
+
+#: What a command reports as one line instead of a traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (LsrError, ValueError, FileNotFoundError)
+
+
+def echo_json(payload: Any) -> None:
+    """Print ``payload`` as indented JSON (non-ASCII kept, unknown objects via ``str``)."""
+    click.echo(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+
+
+def fail(message: str) -> NoReturn:
+    """Exit with one clear sentence instead of a traceback."""
+    raise click.ClickException(message)
+
+
+def error_message(err: BaseException, *, first_line: bool = False) -> str:
+    """The sentence shown for ``err``: its ``reason`` (OpenSearch-like errors) or its text."""
+    text = getattr(err, "reason", None) or str(err) or type(err).__name__
+    return text.splitlines()[0] if first_line else text
+
+
+@contextlib.contextmanager
+def user_errors(*, first_line: bool = False) -> Iterator[None]:
+    """Turn a :data:`USER_ERRORS` error raised inside the block into one ``Error:`` line."""
+    try:
+        yield
+    except USER_ERRORS as err:
+        fail(error_message(err, first_line=first_line))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="lsr-os")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """Build target-language (Korean first) learned sparse encoders and run them on OpenSearch.
+
+    \b
+    Flow: transfer -> (train) -> export -> deploy-model -> create-index/create-pipeline
+          -> index -> search -> eval.   `lsr-os quickstart` runs the whole chain locally.
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,181 @@
+"""`lsr-os export`, `deploy-model`, `create-index`, `create-pipeline`: ship a model and set up an index."""
+from __future__ import annotations
+
+import click
+
+from ..opensearch.client import connection_options as _connection_options
+from .app import cli, echo_json, fail, user_errors
+
+__all__ = ["export_cmd", "deploy_model_cmd", "create_index_cmd", "create_pipeline_cmd"]
+
+
+@cli.command("export")
+@click.argument("model_dir", type=str)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Bundle directory to write (sparse_encoding.zip, sparse_tokenize.zip, manifest.json).")
+@click.option("--idf-corpus", type=click.Path(exists=True), default=None,
+              help="Compute idf.json for the query side from this corpus: a BEIR corpus.jsonl (or its "
+                   "directory) or a text file with one document per line.")
+@click.option("--idf-json", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Ship this idf.json instead (e.g. one carried over from a source model).")
+@click.option("--prune", default=None, metavar="max_ratio:R",
+              help="Prune inside the model graph: keep weights >= R * the document's max weight (0 <= R < 1).")
+@click.option("--key-format", type=click.Choice(["auto", "word", "token_id"]), default="auto", show_default=True,
+              help="Token keys: 'word' (single-id decode, any OpenSearch), 'token_id' (ids, OpenSearch 3.2+); "
+                   "'auto' picks token_id only when the tokenizer's decodes collide.")
+@click.option("--verify/--no-verify", default=True, show_default=True,
+              help="Run the zip the way ML Commons does and compare with the Python encoder (within 1e-4).")
+@click.option("--name", default=None, help="ML Commons model name (default: the model directory's name).")
+@click.option("--version", "model_version", default="1.0.0", show_default=True, help="ML Commons model version.")
+def export_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf_json: str | None, prune: str | None,
+               key_format: str, verify: bool, name: str | None, model_version: str) -> None:
+    """Export MODEL_DIR (a SparseEncoder directory or `splade-tiny`) as an OpenSearch ML Commons bundle.
+
+    \b
+    Writes OUT/sparse_encoding.zip (TorchScript + tokenizer.json, function SPARSE_ENCODING),
+    OUT/sparse_tokenize.zip (tokenizer.json + idf.json, SPARSE_TOKENIZE, the inference-free
+    query side) and OUT/manifest.json (hashes, vocabulary, versions), then prints the manifest.
+    Next: `lsr-os deploy-model OUT --url ...`.
+    """
+    from ..opensearch.artifacts import export_bundle
+
+    with user_errors():
+        manifest = export_bundle(model_dir, out_dir, idf_corpus=idf_corpus, prune=prune, key_format=key_format,
+                                 verify=verify, name=name, version=model_version, idf_json=idf_json)
+    echo_json(manifest)
+
+
+def _cluster(kwargs: dict):
+    """Client + features from the shared connection options; bad options -> one sentence."""
+    from ..opensearch.client import client_from_options, detect_features
+
+    with user_errors():
+        client = client_from_options(**kwargs)
+        return client, detect_features(client)
+
+
+@cli.command("deploy-model")
+@click.argument("bundle", type=click.Path(exists=True, file_okay=False))
+@_connection_options
+@click.option("--apply-settings", is_flag=True,
+              help="PUT the ML Commons cluster settings this flow needs (local-file upload, no ML-node-only, "
+                   "heap breaker off).")
+@click.option("--model-group", default=None, help="Register into this model group (created if missing).")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for each deploy task.")
+@click.option("--which", type=click.Choice(["encoding", "tokenize", "both"]), default="both", show_default=True,
+              help="Deploy the SPARSE_ENCODING model, the SPARSE_TOKENIZE model, or both.")
+@click.option("--chunk-size", type=int, default=10_000_000, show_default=True, help="Upload chunk bytes (<= 10 MB).")
+@click.option("--no-verify", is_flag=True, help="Skip the _predict smoke test after deploying.")
+def deploy_model_cmd(bundle: str, apply_settings: bool, model_group: str | None, timeout_s: float, which: str,
+                     chunk_size: int, no_verify: bool, **conn) -> None:
+    """Register and deploy an export BUNDLE in ML Commons; prints the model ids as JSON (idempotent)."""
+    from ..opensearch.mlcommons import DeployConfig, deploy_bundle
+
+    with user_errors():
+        config = DeployConfig(which=which, model_group=model_group, apply_settings=apply_settings,
+                              timeout_s=timeout_s, chunk_size=chunk_size, verify=not no_verify)
+    client, features = _cluster(conn)
+    with user_errors():
+        echo_json(deploy_bundle(client, bundle, config, features=features))
+
+
+def _vocab_from_bundle(bundle: str | None, vocab_size: int | None) -> int | None:
+    if vocab_size is not None or not bundle:
+        return vocab_size
+    from pathlib import Path
+
+    from ..config import read_json
+
+    manifest = Path(bundle) / "manifest.json"
+    if not manifest.is_file():
+        fail(f"{bundle} has no manifest.json")
+    return read_json(manifest).get("vocab_size")
+
+
+@cli.command("create-index")
+@click.argument("name")
+@_connection_options
+@click.option("--kind", type=click.Choice(["rank_features", "sparse_vector"]), default="rank_features",
+              show_default=True, help="rank_features (exact) or sparse_vector + SEISMIC ANN (3.3+).")
+@click.option("--pipeline", default=None, help="Default ingest pipeline (index.default_pipeline).")
+@click.option("--text-analyzer", type=click.Choice(["auto", "nori", "cjk", "standard"]), default="auto",
+              show_default=True, help="Analyzer of the Korean text field; auto = nori if installed, else cjk.")
+@click.option("--text-field", default="text", show_default=True)
+@click.option("--vector-field", default="sparse_embedding", show_default=True)
+@click.option("--bundle", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Export bundle: its vocabulary size is checked against sparse_vector's 32768-id limit.")
+@click.option("--vocab-size", type=int, default=None, help="Model vocabulary size (instead of --bundle).")
+@click.option("--search-pipeline", default=None, help="Also attach this search pipeline (index.search.default_pipeline).")
+def create_index_cmd(name: str, kind: str, pipeline: str | None, text_analyzer: str, text_field: str,
+                     vector_field: str, bundle: str | None, vocab_size: int | None, search_pipeline: str | None,
+                     **conn) -> None:
+    """Create index NAME from mappings/<kind>.json, adapted to the cluster's version and plugins."""
+    from ..opensearch.indices import attach_search_pipeline, create_index
+
+    client, features = _cluster(conn)
+    with user_errors():
+        out = create_index(client, name, kind, features, text_analyzer=text_analyzer, ingest_pipeline=pipeline,
+                           text_field=text_field, vector_field=vector_field,
+                           vocab_size=_vocab_from_bundle(bundle, vocab_size))
+        if search_pipeline:
+            attach_search_pipeline(client, name, search_pipeline)
+            out["search_pipeline"] = search_pipeline
+    out.pop("body", None)
+    echo_json({**out, "cluster_version": features.version_string})
+
+
+@cli.command("create-pipeline")
+@click.argument("kind", type=click.Choice(["ingest", "two-phase", "hybrid"]))
+@click.argument("name")
+@_connection_options
+@click.option("--model-id", default=None, help="ingest: the SPARSE_ENCODING model id from deploy-model.")
+@click.option("--text-field", default="text", show_default=True)
+@click.option("--vector-field", default="sparse_embedding", show_default=True)
+@click.option("--prune", default=None, help="ingest: TYPE:RATIO, e.g. max_ratio:0.1 or top_k:64 (2.19+).")
+@click.option("--batch-size", type=int, default=None, help="ingest: processor batch_size (2.16+).")
+@click.option("--skip-existing", is_flag=True, help="ingest: skip inference for unchanged text (3.0+).")
+@click.option("--prune-ratio", type=float, default=0.4, show_default=True, help="two-phase: max_ratio split.")
+@click.option("--expansion-rate", type=float, default=5.0, show_default=True, help="two-phase: >= 1.0.")
+@click.option("--max-window-size", type=int, default=10000, show_default=True, help="two-phase: >= 50.")
+@click.option("--technique", type=click.Choice(["auto", "normalization", "rrf"]), default="auto", show_default=True,
+              help="hybrid: RRF (2.19+) or min-max + weighted mean; auto = RRF when available.")
+@click.option("--weights", default="0.3,0.7", show_default=True, help="hybrid normalization: BM25,neural_sparse.")
+@click.option("--rank-constant", type=int, default=60, show_default=True, help="hybrid RRF constant.")
+@click.option("--index", "attach_to", default=None, help="search pipelines: attach as the index's default.")
+def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: str, vector_field: str,
+                        prune: str | None, batch_size: int | None, skip_existing: bool, prune_ratio: float,
+                        expansion_rate: float, max_window_size: int, technique: str, weights: str,
+                        rank_constant: int, attach_to: str | None, **conn) -> None:
+    """Create pipeline NAME from pipelines/*.json: ingest (sparse_encoding), two-phase or hybrid search."""
+    from ..opensearch import indices as ix
+
+    with user_errors():
+        if kind == "ingest":
+            if not model_id:
+                fail("create-pipeline ingest needs --model-id (the sparse_encoding id printed by deploy-model)")
+            ptype, ratio = ix.parse_prune(prune)
+        elif kind == "hybrid":
+            try:
+                parsed = tuple(float(w) for w in weights.split(","))
+            except ValueError:
+                fail(f"--weights must be two numbers like 0.3,0.7, got {weights!r}")
+    client, features = _cluster(conn)
+    with user_errors():
+        if kind == "ingest":
+            body = ix.ingest_pipeline_body(model_id, features, text_field=text_field, vector_field=vector_field,
+                                           prune_type=ptype, prune_ratio=ratio, batch_size=batch_size,
+                                           skip_existing=skip_existing)
+            ix.put_ingest_pipeline(client, name, body)
+        else:
+            if kind == "two-phase":
+                body = ix.two_phase_pipeline_body(features, prune_ratio=prune_ratio, expansion_rate=expansion_rate,
+                                                  max_window_size=max_window_size)
+            else:
+                body = ix.hybrid_pipeline_body(features, technique=technique, weights=parsed,  # type: ignore[arg-type]
+                                               rank_constant=rank_constant)
+            ix.put_search_pipeline(client, name, body)
+            if attach_to:
+                ix.attach_search_pipeline(client, attach_to, name)
+    echo_json({"pipeline": name, "kind": kind, "cluster_version": features.version_string, "body": body,
+               **({"attached_to": attach_to} if attach_to and kind != "ingest" else {})})

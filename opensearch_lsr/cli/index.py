@@ -1,0 +1,97 @@
+"""`lsr-os index`: the resumable batch encoding job (corpus -> sparse vectors -> local / OpenSearch / NDJSON)."""
+from __future__ import annotations
+
+import click
+
+from ..opensearch.client import connection_options
+from .app import cli, echo_json, fail, user_errors
+
+__all__ = ["index_command"]
+
+
+@cli.command("index")
+@click.option("--corpus", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Corpus file: .jsonl (BEIR _id/title/text), .tsv (id<TAB>text[<TAB>title] or a header) or .parquet.")
+@click.option("--model", required=True, help="SparseEncoder dir (lsr-os transfer output), hub id or 'splade-tiny'.")
+@click.option("--backend", type=click.Choice(["local", "opensearch", "ndjson"]), default="local", show_default=True)
+@click.option("--index", "index_name", required=True,
+              help="Local index dir (local), NDJSON output dir (ndjson) or index name (opensearch).")
+@click.option("--work-dir", default=None, help="Checkpoint and report dir [default: <index>.job, or lsr-os-jobs/<index>].")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in the work dir.")
+@click.option("--restart", is_flag=True, help="Discard an earlier checkpoint and start over.")
+@click.option("--format", "corpus_format", type=click.Choice(["jsonl", "tsv", "parquet"]), default=None,
+              help="Corpus format [default: from the file suffix].")
+@click.option("--id-field", default=None, help="Id key/column when not _id/id/docid/pid.")
+@click.option("--corpus-text-field", default=None, help="Text key/column when not text/passage/contents.")
+@click.option("--corpus-title-field", default=None, help="Title key/column when not title.")
+@click.option("--invalid-utf8", type=click.Choice(["skip", "replace"]), default="skip", show_default=True,
+              help="Lines that are not UTF-8: skip and report, or index with U+FFFD replacement.")
+@click.option("--key-format", type=click.Choice(["word", "token_id"]), default="word", show_default=True,
+              help="rank_features WORD keys, or token ids for sparse_vector (SEISMIC).")
+@click.option("--prune", default="none", show_default=True,
+              help="neural-search prune type: none, top_k:K, max_ratio:R, alpha_mass:A, abs_value:T.")
+@click.option("--long-text", type=click.Choice(["truncate", "split"]), default="truncate", show_default=True,
+              help="Texts over 512 tokens: truncate (as OpenSearch does) or split into nested passages.")
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
+@click.option("--device", default=None,
+              help="cpu, cuda (every GPU: one encoder process each), cuda:1, or a list such as cuda:0,cuda:2 "
+                   "[default: every GPU when present, else cpu].")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+              help="auto: bf16 autocast on CUDA with bf16 support, else fp32 (CPUs without AVX512-BF16/AMX "
+                   "emulate bf16 and are slower in it).")
+@click.option("--text-field", default="text", show_default=True, help="Text field of the indexed documents.")
+@click.option("--sparse-field", default="sparse_embedding", show_default=True, help="Sparse field of the documents.")
+@click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
+@click.option("--threads", type=int, default=None, help="CPU threads for torch.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@connection_options
+def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
+                  corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
+                  chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, **conn):
+    """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
+
+    \b
+    Encoding: SPLADE max-pooled log(1+relu) weights, special tokens zeroed, positive finite
+    weights only, neural-search --prune semantics, 512-token cap (--long-text). The corpus is
+    streamed (memory stays flat); encoding and uploading overlap (a bounded queue).
+    \b
+    Bad input is never dropped silently; each case is counted in the summary and listed with
+    file:line in <work-dir>/skipped.jsonl:
+      malformed      not a JSON object / wrong TSV columns / non-string fields: skipped
+      invalid_utf8   skipped, or indexed with U+FFFD under --invalid-utf8 replace
+      empty_text     empty title and text: skipped
+      duplicate_id   the first occurrence wins, later ones skipped (blank lines are only counted)
+    Documents without an id get sha1(text) as _id.
+    \b
+    OpenSearch: _bulk via opensearch-py streaming_bulk; 429 and 5xx are retried with exponential
+    backoff; documents the cluster rejects (4xx) go to <work-dir>/dead_letter.jsonl with the
+    reason; a cluster that stays down stops the job, which --resume continues.
+    \b
+    Resuming: <work-dir>/checkpoint.json is written after each acknowledged chunk; _ids are
+    deterministic, so after any interruption (kill -9 included) --resume neither loses nor
+    duplicates a document. Prints a JSON summary (indexed, skipped by reason, dead-lettered,
+    throughput, peak memory), also saved as <work-dir>/summary.json.
+    """
+    from ..encoding.job import IndexJobConfig, run_index_job
+    from ..opensearch.client import client_from_options
+
+    if resume and restart:
+        fail("--resume and --restart contradict each other: pick one")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    with user_errors(first_line=True):
+        config = IndexJobConfig(corpus=corpus, model=model, backend=backend, index=index_name, work_dir=work_dir,
+                                corpus_format=corpus_format, id_field=id_field, corpus_text_field=corpus_text_field,
+                                corpus_title_field=corpus_title_field, invalid_utf8=invalid_utf8,
+                                key_format=key_format, prune=prune, long_text=long_text, batch_size=batch_size,
+                                chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
+                                sparse_field=sparse_field, limit=limit, threads=threads)
+        factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
+        if backend == "opensearch" and not conn.get("url"):
+            fail("the opensearch backend needs --url (or OPENSEARCH_URL)")
+        summary = run_index_job(config, resume=resume, restart=restart, client_factory=factory,
+                                progress=not no_progress)
+    echo_json(summary)
