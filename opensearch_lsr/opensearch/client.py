@@ -26,7 +26,10 @@ __all__ = [
     "make_client",
     "detect_features",
     "parse_version",
+    "require_client_version",
+    "check_distribution",
     "CONNECTION_OPTION_NAMES",
+    "MIN_OPENSEARCH_PY",
 ]
 
 logger = logging.getLogger(__name__)
@@ -37,9 +40,57 @@ CONNECTION_OPTION_NAMES = ("url", "user", "password", "ca_certs", "insecure", "a
 
 AwsService = Literal["es", "aoss"]
 
+#: ``plugins.ml.register_model_meta``, ``upload_chunk``, ``search_model_group``, ``get_model`` and
+#: ``predict`` first appear in opensearch-py v3.0.0 (``opensearchpy/plugins/ml.py`` at tags v2.8.0
+#: vs v3.0.0); setup.cfg pins the same floor.
+MIN_OPENSEARCH_PY = (3, 0, 0)
+#: Elasticsearch's ``GET /`` tagline (OpenSearch answers "The OpenSearch Project: ...").
+_ES_TAGLINE = "You Know, for Search"
+
 
 class ClusterConnectionError(LsrError, ValueError):
     """Bad connection options or an unreachable/unsupported cluster (one clear sentence)."""
+
+
+def require_client_version(version: str | None = None) -> None:
+    """Fail with one sentence when the installed opensearch-py is older than :data:`MIN_OPENSEARCH_PY`.
+
+    Args:
+        version: the version to check (default: the installed ``opensearchpy.__versionstr__``).
+    """
+    if version is None:
+        import opensearchpy
+
+        version = str(getattr(opensearchpy, "__versionstr__", "0"))
+    try:
+        found = parse_version(version)
+    except ValueError:
+        return  # a development build without a version: let it try
+    if found < MIN_OPENSEARCH_PY:
+        need = ".".join(map(str, MIN_OPENSEARCH_PY[:2]))
+        raise ClusterConnectionError(
+            f"opensearch-py {version} is installed but opensearch-lsr needs opensearch-py>={need} (its plugins.ml "
+            f"client gained register_model_meta/upload_chunk/predict in {need}): pip install -U 'opensearch-py>={need}'")
+
+
+class _QuietTransportLog(logging.Filter):
+    """Keep opensearch-py's per-request failure logs (a WARNING with a traceback for every refused
+    connection, ``Connection.log_request_fail``) off the terminal unless the toolkit's own logger is
+    verbose: the toolkit reports the failure itself in one sentence."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ours = logging.getLogger("opensearch_lsr")
+        if record.levelno < logging.ERROR and not ours.isEnabledFor(logging.INFO):
+            return False
+        if not ours.isEnabledFor(logging.DEBUG):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_transport_logging() -> None:
+    log = logging.getLogger("opensearch")
+    if not any(isinstance(f, _QuietTransportLog) for f in log.filters):
+        log.addFilter(_QuietTransportLog())
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -162,6 +213,8 @@ def make_client(url: str, *, user: str | None = None, password: str | None = Non
     """
     from opensearchpy import OpenSearch, RequestsHttpConnection
 
+    require_client_version()
+    _quiet_transport_logging()
     parsed = urlparse(url or "")
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ClusterConnectionError(f"--url must look like http(s)://host:port, got {url!r}")
@@ -267,15 +320,15 @@ def detect_features(client, *, detect_plugins: bool = True) -> ClusterFeatures:
     try:
         info = client.info()
     except osx.ConnectionError as err:
-        raise ClusterConnectionError(f"cannot reach the cluster: {err.info if hasattr(err, 'info') else err}") from err
+        raise ClusterConnectionError(f"cannot reach the cluster at {_host_of(client)}: {_connection_reason(err)}") from err
     except osx.AuthenticationException as err:
         raise ClusterConnectionError("the cluster refused the credentials (HTTP 401)") from err
     except osx.AuthorizationException as err:
         raise ClusterConnectionError("the user may not read cluster info (HTTP 403)") from err
-    version = info.get("version", {}) if isinstance(info, dict) else {}
-    distribution = version.get("distribution", "opensearch")
-    if distribution != "opensearch":
-        raise ClusterConnectionError(f"this is not an OpenSearch cluster (distribution {distribution!r})")
+    except osx.TransportError as err:
+        raise ClusterConnectionError(f"GET / failed (HTTP {err.status_code}): {err.error}") from err
+    check_distribution(info)
+    version = info.get("version", {})
     try:
         ver = parse_version(version.get("number", ""))
     except ValueError as err:
@@ -291,3 +344,58 @@ def detect_features(client, *, detect_plugins: bool = True) -> ClusterFeatures:
     if not features.sparse_models:
         raise ClusterConnectionError(f"OpenSearch {features.version_string} has no sparse models; 2.11 or newer is needed")
     return features
+
+
+def check_distribution(info: Any) -> None:
+    """Refuse anything but OpenSearch from its ``GET /`` answer.
+
+    OpenSearch always writes ``version.distribution = "opensearch"`` and the tagline "The OpenSearch
+    Project: ..." (OpenSearch ``server/.../action/main/MainResponse.java`` ``toXContent``, also with
+    ``compatibility.override_main_response_version``, which only changes ``number`` to 7.10.2).
+    Elasticsearch has no ``distribution``; it writes ``build_flavor`` (7.x) and the tagline "You Know,
+    for Search". So a missing distribution is never taken for OpenSearch.
+
+    Raises:
+        ClusterConnectionError: Elasticsearch or an unknown product.
+    """
+    version = info.get("version") if isinstance(info, dict) else None
+    if not isinstance(version, dict):
+        raise ClusterConnectionError(f"GET / did not answer like OpenSearch (no version object): {str(info)[:120]!r}")
+    distribution = version.get("distribution")
+    if distribution == "opensearch":
+        return
+    if distribution is None and (info.get("tagline") == _ES_TAGLINE or "build_flavor" in version):
+        raise ClusterConnectionError(
+            f"this is an Elasticsearch {version.get('number', '?')} cluster, not OpenSearch: use the Elasticsearch "
+            f"commands (opensearch_lsr.elasticsearch) or point --url at an OpenSearch cluster")
+    raise ClusterConnectionError(f"this is not an OpenSearch cluster (version.distribution is {distribution!r})")
+
+
+def _host_of(client) -> str:
+    try:
+        return str(client.transport.connection_pool.connections[0].host)
+    except (AttributeError, IndexError):  # pragma: no cover
+        return "the given URL"
+
+
+def _connection_reason(err: Exception) -> str:
+    """The innermost cause of an opensearch-py ConnectionError in a few words (no repr chains)."""
+    cause: BaseException | None = getattr(err, "info", None) if isinstance(getattr(err, "info", None), BaseException) else err
+    seen = set()
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        nxt = cause.__cause__ or cause.__context__ or getattr(cause, "reason", None)
+        if not isinstance(nxt, BaseException):
+            break
+        cause = nxt
+    text = str(cause) if cause is not None else str(err)
+    for pattern, short in ((r"Connection refused", "connection refused"),
+                           (r"Name or service not known|nodename nor servname|getaddrinfo failed", "unknown host name"),
+                           (r"timed out", "connection timed out"),
+                           (r"CERTIFICATE_VERIFY_FAILED|certificate verify failed", "TLS certificate not trusted "
+                            "(pass --ca-certs, or --insecure on a development cluster)"),
+                           (r"WRONG_VERSION_NUMBER|wrong version number", "TLS handshake failed (is the cluster "
+                            "plain http?)")):
+        if re.search(pattern, text):
+            return short
+    return text.splitlines()[0][:200] if text else type(err).__name__

@@ -46,6 +46,7 @@ __all__ = [
     "wait_for_task",
     "predict_sparse",
     "deploy_bundle",
+    "deploy_hint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -134,24 +135,46 @@ def _status(err: Exception) -> int | None:
     return status if isinstance(status, int) else None
 
 
+#: the ``plugins.ml`` methods the deploy flow calls (all present from opensearch-py 3.0).
+_ML_METHODS = ("register_model_meta", "upload_chunk", "search_models", "search_model_group",
+               "register_model_group", "deploy_model", "get_task", "get_model", "predict")
+
+
+def _ml(client):
+    """``client.plugins.ml``, refusing (one sentence) a client that lacks the methods this flow calls."""
+    ml = getattr(getattr(client, "plugins", None), "ml", None)
+    missing = [m for m in _ML_METHODS if not callable(getattr(ml, m, None))]
+    if missing:
+        import opensearchpy
+
+        version = getattr(opensearchpy, "__versionstr__", "?")
+        raise DeployError(f"opensearch-py {version} lacks plugins.ml.{', '.join(missing)}; deploy-model needs "
+                          f"opensearch-py>=3.0: pip install -U 'opensearch-py>=3.0'")
+    return ml
+
+
 def _retry_429(call: Callable[[], Any], *, retries: int, backoff_s: float, what: str) -> Any:
     """Run ``call``; on HTTP 429 (rejected, nothing done) wait and retry with exponential backoff.
 
     opensearch-py's transport retries 502/503/504 immediately but never 429, and these requests
-    are only repeated when the server said it did not execute them.
+    are only repeated when the server said it did not execute them. The loop is tenacity's
+    (``retries`` extra attempts, waits ``backoff_s * 2**n`` capped at 30 s), so one request waits at
+    most about ``retries * 30`` seconds in total.
     """
     from opensearchpy.exceptions import TransportError
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-    for attempt in range(retries + 1):
-        try:
-            return call()
-        except TransportError as err:
-            if _status(err) != 429 or attempt == retries:
-                raise
-            delay = backoff_s * (2 ** attempt)
-            logger.warning("%s: HTTP 429 (%s); retrying in %.1fs", what, _reason(err), delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover
+    def is_429(err: BaseException) -> bool:
+        return isinstance(err, TransportError) and _status(err) == 429
+
+    def log(state) -> None:
+        err = state.outcome.exception()
+        logger.warning("%s: HTTP 429 (%s); retry %d of %d", what, _reason(err), state.attempt_number, retries)
+
+    retrying = Retrying(retry=retry_if_exception(is_429), stop=stop_after_attempt(retries + 1),
+                        wait=wait_exponential(multiplier=backoff_s, min=backoff_s, max=30.0),
+                        before_sleep=log, reraise=True)
+    return retrying(call)
 
 
 def _cleanup_hint(client_url: str, model_id: str) -> str:
@@ -183,7 +206,7 @@ def ensure_model_group(client, name: str, description: str = "opensearch-lsr spa
     from opensearchpy.exceptions import TransportError
 
     try:
-        res = client.plugins.ml.search_model_group(body={"query": {"term": {"name.keyword": name}}, "size": 10})
+        res = _ml(client).search_model_group(body={"query": {"term": {"name.keyword": name}}, "size": 10})
         for hit in res.get("hits", {}).get("hits", []):
             if hit.get("_source", {}).get("name") == name:
                 return hit["_id"]
@@ -191,7 +214,7 @@ def ensure_model_group(client, name: str, description: str = "opensearch-lsr spa
         if _status(err) != 404:  # 404: the model-group index does not exist yet
             raise
     try:
-        res = client.plugins.ml.register_model_group(body={"name": name, "description": description})
+        res = _ml(client).register_model_group(body={"name": name, "description": description})
     except TransportError as err:
         match = re.search(r"model group with ID:?\s*([\w-]+)", _reason(err))
         if match:  # created concurrently
@@ -201,16 +224,23 @@ def ensure_model_group(client, name: str, description: str = "opensearch-lsr spa
 
 
 def find_models_by_hash(client, sha256: str, function_name: str) -> list[dict[str, Any]]:
-    """Models (not chunk documents) registered with this content hash and function name."""
+    """Models (not chunk documents) registered with this content hash and function name.
+
+    ML Commons stores the function name of a model in the ``algorithm`` field of its document, not
+    in ``function_name`` (ml-commons ``common/.../MLModel.java`` ``toXContent`` writes
+    ``ALGORITHM_FIELD = "algorithm"``; ``index-mappings/ml_model.json`` maps ``algorithm`` and
+    ``model_content_hash_value`` as keywords; tags 2.11.0.0 to 3.8.0.0), so the filter is on
+    ``algorithm``: a ``function_name`` term never matches and every run would register a new copy.
+    """
     from opensearchpy.exceptions import TransportError
 
     body = {"query": {"bool": {
         "filter": [{"term": {"model_content_hash_value": sha256}},
-                   {"term": {"function_name": function_name}}],
+                   {"term": {"algorithm": function_name}}],
         "must_not": [{"exists": {"field": "chunk_number"}}]}},
         "size": 100}
     try:
-        res = client.plugins.ml.search_models(body=body)
+        res = _ml(client).search_models(body=body)
     except TransportError as err:
         if _status(err) == 404:  # no model index yet: nothing registered
             return []
@@ -252,7 +282,7 @@ def register_model_file(client, zip_path: Path, *, name: str, version: str, func
     }
     if model_group_id:
         meta["model_group_id"] = model_group_id
-    ml = client.plugins.ml
+    ml = _ml(client)
     try:
         if legacy_paths:
             res = _retry_429(lambda: client.transport.perform_request("POST", f"{ML}/models/meta", body=meta),
@@ -307,7 +337,7 @@ def wait_for_task(client, task_id: str, *, timeout_s: float, poll_interval_s: fl
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            task = client.plugins.ml.get_task(task_id=task_id)
+            task = _ml(client).get_task(task_id=task_id)
         except TransportError as err:
             if _status(err) not in (429, 502, 503, 504):
                 raise
@@ -321,7 +351,7 @@ def wait_for_task(client, task_id: str, *, timeout_s: float, poll_interval_s: fl
 
 
 def _get_model(client, model_id: str) -> dict[str, Any]:
-    return client.plugins.ml.get_model(model_id=model_id)
+    return _ml(client).get_model(model_id=model_id)
 
 
 def deploy_model(client, model_id: str, *, timeout_s: float = 600.0, poll_interval_s: float = 1.0,
@@ -341,11 +371,12 @@ def deploy_model(client, model_id: str, *, timeout_s: float = 600.0, poll_interv
             res = _retry_429(lambda: client.transport.perform_request("POST", f"{ML}/models/{model_id}/_load"),
                              retries=retries_429, backoff_s=backoff_s, what="deploy")
         else:
-            res = _retry_429(lambda: client.plugins.ml.deploy_model(model_id=model_id),
+            res = _retry_429(lambda: _ml(client).deploy_model(model_id=model_id),
                              retries=retries_429, backoff_s=backoff_s, what="deploy")
     except TransportError as err:
-        raise DeployError(f"deploy request for model {model_id} failed (HTTP {_status(err)}): {_reason(err)}. "
-                          + left) from err
+        reason = _reason(err)
+        raise DeployError(f"deploy request for model {model_id} failed (HTTP {_status(err)}): {reason}."
+                          f"{deploy_hint(reason)} " + left) from err
     task_id = res.get("task_id")
     if not task_id:
         raise DeployError(f"deploy of model {model_id} returned no task id: {res!r}. " + left)
@@ -358,19 +389,42 @@ def deploy_model(client, model_id: str, *, timeout_s: float = 600.0, poll_interv
     state = task.get("state")
     if state != "COMPLETED":
         error = task.get("error") or "no error message"
-        hint = ""
-        if "Circuit Breaker is open" in str(error):
-            hint = (" The ML node is short of memory or disk: free resources, or raise "
-                    "plugins.ml_commons.jvm_heap_memory_threshold (100 disables the memory breaker; "
-                    "--apply-settings sets it).")
-        elif "model content changed" in str(error):
-            hint = (" The stored chunks do not hash to the registered sha256, so this model can never deploy;"
-                    " delete it and rerun.")
-        elif "No eligible node" in str(error):
-            hint = (" No ML node: set plugins.ml_commons.only_run_on_ml_node=false (--apply-settings) or "
-                    "add a node with the ml role.")
-        raise DeployError(f"deploy task {task_id} of model {model_id} ended {state}: {error}.{hint} " + left)
+        raise DeployError(f"deploy task {task_id} of model {model_id} ended {state}: {error}.{deploy_hint(str(error))} "
+                          + left)
     return task
+
+
+def deploy_hint(error: str) -> str:
+    """A one-sentence remedy for the deploy errors ML Commons is known to give ('' when none applies).
+
+    * "no eligible node found" comes back synchronously (HTTP 400) from ``_deploy`` when no node
+      may run the model (ml-commons ``TransportDeployModelAction.deployModel``; the longer "No
+      eligible node found to execute this request ..." is ``MLTaskDispatcher``'s);
+    * "Memory Circuit Breaker is open" / "Disk Circuit Breaker is open" come from
+      ``MLNodeUtils.checkOpenCircuitBreaker``: the memory one follows ``jvm_heap_memory_threshold``
+      (100 disables it), the disk one ``disk_free_space_threshold`` (free bytes below it; default 5gb);
+    * "model content changed": the stored chunks do not hash to the registered sha256;
+    * "Failed to deploy model": DJL could not load the TorchScript; traces made by this toolkit pin
+      CPU tensors, so a GPU ML node fails here (see ``lsr-os export --help``).
+    """
+    low = error.lower()
+    if "no eligible node" in low:
+        return (" No node may run the model: set plugins.ml_commons.only_run_on_ml_node=false "
+                "(--apply-settings does) or add a node with the ml role.")
+    if "disk circuit breaker" in low:
+        return (" The ML node's free disk is below plugins.ml_commons.disk_free_space_threshold (default 5gb): "
+                "free disk space on the node, or lower that threshold (e.g. PUT _cluster/settings "
+                "{\"persistent\":{\"plugins.ml_commons.disk_free_space_threshold\":\"1gb\"}}).")
+    if "circuit breaker is open" in low:
+        return (" The ML node's JVM heap is above plugins.ml_commons.jvm_heap_memory_threshold: free heap, or set "
+                "the threshold to 100 to disable the memory breaker (--apply-settings does).")
+    if "model content changed" in low:
+        return (" The stored chunks do not hash to the registered sha256, so this model can never deploy;"
+                " delete it and rerun.")
+    if "failed to deploy model" in low:
+        return (" The node could not load the TorchScript (node logs have the cause); the exported trace runs on "
+                "CPU only, so deploy to a CPU ML node (GPU ML nodes fail to load it).")
+    return ""
 
 
 def predict_sparse(client, model_id: str, texts: list[str], *, algorithm: str = "sparse_encoding",
@@ -379,7 +433,7 @@ def predict_sparse(client, model_id: str, texts: list[str], *, algorithm: str = 
     body: dict[str, Any] = {"text_docs": list(texts)}
     if embedding_format:
         body["parameters"] = {"sparse_embedding_format": embedding_format}
-    res = client.plugins.ml.predict(algorithm_name=algorithm, model_id=model_id, body=body)
+    res = _ml(client).predict(algorithm_name=algorithm, model_id=model_id, body=body)
     out = []
     for item in res.get("inference_results", []):
         out.append(item["output"][0]["dataAsMap"]["response"][0])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from double import BREAKER_OPEN, LOCAL_FILE_GATE
+from double import BREAKER_OPEN, DISK_BREAKER_OPEN, LOCAL_FILE_GATE, NO_ELIGIBLE_NODE
 from double.fixtures import fake_bundle, fake_bundle_dir, make_double, os_client, os_double  # noqa: F401
 
 from opensearch_lsr.cli import cli
@@ -27,8 +27,8 @@ def test_settings_gate_then_apply_settings(os_double, os_client, fake_bundle_dir
     assert "Nothing was registered" in str(err.value) and not os_double.models
     out = _deploy(os_client, fake_bundle_dir, apply_settings=True, model_group="lsr")
     enc, tok = out["sparse_encoding"], out["sparse_tokenize"]
-    assert os_double.models[enc]["model_state"] == "DEPLOYED" and os_double.models[enc]["function_name"] == "SPARSE_ENCODING"
-    assert os_double.models[tok]["function_name"] == "SPARSE_TOKENIZE"
+    assert os_double.models[enc]["model_state"] == "DEPLOYED" and os_double.models[enc]["algorithm"] == "SPARSE_ENCODING"
+    assert os_double.models[tok]["algorithm"] == "SPARSE_TOKENIZE"
     assert os_double.models[enc]["model_config"] is None            # never sent for SPARSE_* (contract 2.4)
     assert os_double.model_groups[out["model_group_id"]]["name"] == "lsr"
     # 2,500 bytes in 1,000-byte raw chunks: 0, 1, 2 in order, the last one last
@@ -78,7 +78,7 @@ def test_deprecated_paths(os_double, os_client, fake_bundle_dir):
 
 def test_chunk_rules_of_the_double(os_double, os_client, fake_bundle_dir):
     """The double enforces ML Commons' chunk rules (so the client's compliance is actually tested)."""
-    from opensearchpy.exceptions import RequestError
+    from opensearchpy.exceptions import TransportError
 
     from opensearch_lsr.opensearch.mlcommons import apply_ml_settings
 
@@ -88,10 +88,13 @@ def test_chunk_rules_of_the_double(os_double, os_client, fake_bundle_dir):
                                        "model_format": "TORCH_SCRIPT", "model_content_hash_value": "0" * 64,
                                        "total_chunks": 2})
     mid = res["model_id"]
-    with pytest.raises(RequestError, match="Chunk size exceeds 10MB"):
+    # MLModelChunkUploader throws plain Exceptions: the real server answers 500, not 400
+    with pytest.raises(TransportError, match="Chunk size exceeds 10MB") as err:
         ml.upload_chunk(model_id=mid, chunk_number=0, body=b"x" * 10_000_001, headers={"Content-Type": "application/json"})
-    with pytest.raises(RequestError, match="Chunk number exceeds total chunks"):
+    assert err.value.status_code == 500
+    with pytest.raises(TransportError, match="Chunk number exceeds total chunks") as err:
         ml.upload_chunk(model_id=mid, chunk_number=2, body=b"x", headers={"Content-Type": "application/json"})
+    assert err.value.status_code == 500
     ml.upload_chunk(model_id=mid, chunk_number=1, body=b"x", headers={"Content-Type": "application/json"})
     # REGISTERED as soon as the last chunk arrives, although chunk 0 is missing
     assert os_double.models[mid]["model_state"] == "REGISTERED"
@@ -157,7 +160,10 @@ def test_fault_no_ml_node(os_double, os_client, fake_bundle_dir):
     os_client.cluster.put_settings(body={"persistent": {"plugins.ml_commons.allow_registering_model_via_local_file": True}})
     with pytest.raises(DeployError) as err:
         _deploy(os_client, fake_bundle_dir, which="encoding")
-    assert "No eligible node found" in str(err.value) and "stays registered but not deployed" in str(err.value)
+    msg = str(err.value)
+    # the synchronous 400 of _deploy (TransportDeployModelAction) carries the short text; the hint still applies
+    assert NO_ELIGIBLE_NODE in msg and "stays registered but not deployed" in msg
+    assert "only_run_on_ml_node=false" in msg and "(HTTP 400)" in msg
 
 
 def test_fault_task_timeout(os_client, fake_bundle_dir):
@@ -206,3 +212,99 @@ def test_cli_deploy_model_prints_ids_and_fails_cleanly(os_double, fake_bundle_di
     res = runner.invoke(cli, ["deploy-model", str(fake_bundle_dir), "--url", "ftp://x"])
     assert res.exit_code == 1 and "--url must look like" in res.output
     assert os_double.violations == []
+
+
+def test_lookup_filters_on_algorithm_not_function_name(os_double, os_client, fake_bundle_dir):
+    """ML Commons indexes the function name as ``algorithm`` (MLModel.toXContent); a lookup on
+    ``function_name`` never matches, so a rerun would register a second copy (issue 13 item 1)."""
+    _deploy(os_client, fake_bundle_dir, apply_settings=True, which="encoding")
+    search = os_double.requests_to(r"/models/_search$")[-1]
+    assert search["status"] == 200
+    doc = next(iter(os_double.models.values()))
+    assert "algorithm" in doc and "function_name" not in doc
+    _deploy(os_client, fake_bundle_dir, which="encoding")
+    assert len(os_double.models) == 1 and len(os_double.requests_to("_register_meta")) == 1
+
+
+def test_old_opensearch_py_is_refused_in_one_sentence(os_client):
+    from opensearch_lsr.opensearch.client import ClusterConnectionError, require_client_version
+    from opensearch_lsr.opensearch.mlcommons import find_models_by_hash
+
+    with pytest.raises(ClusterConnectionError, match=r"opensearch-py 2\.8\.0 is installed .* opensearch-py>=3\.0"):
+        require_client_version("2.8.0")
+    require_client_version("3.0.0")
+
+    class OldPlugins:  # what opensearch-py 2.8 offers: no register_model_meta/upload_chunk/get_model/predict
+        class ml:  # noqa: N801
+            search_models = register_model = deploy_model = get_task = staticmethod(lambda **kw: {})
+
+    class OldClient:
+        plugins = OldPlugins()
+
+    with pytest.raises(DeployError, match=r"lacks plugins\.ml\.register_model_meta.*opensearch-py>=3\.0"):
+        find_models_by_hash(OldClient(), "0" * 64, "SPARSE_ENCODING")
+
+
+def test_deploy_of_a_registering_model_fails_in_its_task(os_double, os_client, fake_bundle_dir):
+    """ML Commons has no state check at _deploy: a half-uploaded model gets a task that fails."""
+    from opensearch_lsr.opensearch.mlcommons import apply_ml_settings
+
+    apply_ml_settings(os_client)
+    res = os_client.plugins.ml.register_model_meta(body={
+        "name": "m", "version": "1", "function_name": "SPARSE_ENCODING", "model_format": "TORCH_SCRIPT",
+        "model_content_hash_value": "0" * 64, "total_chunks": 3})
+    assert os_double.models[res["model_id"]]["model_state"] == "REGISTERING"
+    with pytest.raises(DeployError, match="ended FAILED"):
+        deploy_model(os_client, res["model_id"], poll_interval_s=0.01)
+    assert os_double.requests_to(rf"/models/{res['model_id']}/_deploy$")[0]["status"] == 200
+
+
+def test_disk_breaker_hint_names_the_disk_setting(os_double, os_client, fake_bundle_dir):
+    os_double.disk_free_bytes = 1 << 30  # 1 GB free, threshold 5gb
+    with pytest.raises(DeployError) as err:
+        _deploy(os_client, fake_bundle_dir, apply_settings=True, which="encoding")
+    msg = str(err.value)
+    assert DISK_BREAKER_OPEN in msg and "disk_free_space_threshold" in msg and "jvm_heap" not in msg
+
+
+def test_unknown_cluster_setting_is_rejected(os_client):
+    from opensearchpy.exceptions import RequestError
+
+    with pytest.raises(RequestError, match=r"persistent setting \[plugins.ml_commons.no_such_setting\], not recognized"):
+        os_client.cluster.put_settings(body={"persistent": {"plugins.ml_commons.no_such_setting": True}})
+
+
+def test_429_retries_are_bounded(os_double, os_client, fake_bundle_dir):
+    os_double.inject(r"/_register_meta$", 429, times=50, reason="rejected", type="rejected_execution_exception")
+    with pytest.raises(DeployError, match="HTTP 429"):
+        _deploy(os_client, fake_bundle_dir, apply_settings=True, which="encoding", retries_429=3)
+    assert len(os_double.requests_to("_register_meta")) == 4  # 1 + 3 retries, then one clear error
+
+
+def test_elasticsearch_is_not_taken_for_opensearch():
+    from opensearch_lsr.opensearch.client import ClusterConnectionError, check_distribution
+
+    es7 = {"name": "n", "version": {"number": "7.17.0", "build_flavor": "default", "build_type": "docker"},
+           "tagline": "You Know, for Search"}
+    es8 = {"name": "n", "version": {"number": "8.15.0", "build_flavor": "default"}, "tagline": "You Know, for Search"}
+    for info in (es7, es8):
+        with pytest.raises(ClusterConnectionError, match="Elasticsearch"):
+            check_distribution(info)
+    with pytest.raises(ClusterConnectionError, match="not an OpenSearch cluster"):
+        check_distribution({"version": {"number": "7.10.2"}})
+    check_distribution({"version": {"distribution": "opensearch", "number": "7.10.2"}})  # override_main_response_version
+    double = make_double("8.15.0", product="elasticsearch")
+    try:
+        with pytest.raises(ClusterConnectionError, match="Elasticsearch 8"):
+            detect_features(client_from_options(url=double.url))
+    finally:
+        double.stop()
+
+
+def test_connection_failure_prints_one_line():
+    res = CliRunner().invoke(cli, ["deploy-model", ".", "--url", "http://127.0.0.1:9", "--max-retries", "0"])
+    assert res.exit_code == 1
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1, res.output
+    assert "cannot reach the cluster at http://127.0.0.1:9: connection refused" in lines[0]
+    assert "Traceback" not in res.output

@@ -37,13 +37,17 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .spec import SpecValidator
 from .store import ApiError, Index, analyze, eval_query
 
-__all__ = ["OpenSearchDouble", "Fault", "LOCAL_FILE_GATE", "BREAKER_OPEN"]
+__all__ = ["OpenSearchDouble", "Fault", "LOCAL_FILE_GATE", "BREAKER_OPEN", "DISK_BREAKER_OPEN", "NO_ELIGIBLE_NODE"]
 
 logger = logging.getLogger(__name__)
 
 LOCAL_FILE_GATE = ("To upload custom model from local file, user needs to enable allow_registering_model_via_local_file "
                    "settings. Otherwise please use opensearch pre-trained models")
 BREAKER_OPEN = "Memory Circuit Breaker is open, please check your resources!"
+DISK_BREAKER_OPEN = "Disk Circuit Breaker is open, please check your resources!"
+#: ``_deploy``'s own message (ml-commons TransportDeployModelAction, 3.3.0.0)
+NO_ELIGIBLE_NODE = "no eligible node found"
+#: MLTaskDispatcher's message (dispatching predict/register tasks)
 NO_ML_NODE = ("No eligible node found to execute this request. It's best practice to provision ML nodes to serve your "
               "models. You can disable this setting to serve the model on your data node for development purposes by "
               "disabling the \"plugins.ml_commons.only_run_on_ml_node\" configuration using the _cluster/setting api")
@@ -59,6 +63,28 @@ _SETTING_DEFAULTS = {
     "plugins.ml_commons.jvm_heap_memory_threshold": 85,
     "plugins.ml_commons.disk_free_space_threshold": "5gb",
 }
+#: dynamic cluster settings the double knows; any other key is refused like OpenSearch's
+#: ``AbstractScopedSettings.validate`` does ("persistent setting [x], not recognized").
+#: ML Commons: MLCommonsSettings.java; neural-search: NeuralSearchSettings / SparseSettings (3.3.0.0).
+KNOWN_SETTINGS = set(_SETTING_DEFAULTS) | {f"plugins.ml_commons.{name}" for name in (
+    "trusted_url_regex", "native_memory_threshold", "model_access_control_enabled", "max_model_on_node",
+    "max_deploy_model_tasks_per_node", "max_register_model_tasks_per_node", "model_auto_redeploy.enable",
+    "model_auto_redeploy.lifetime_retry_times", "sync_up_job_interval_in_seconds", "monitoring_request_count",
+    "ml_task_timeout_in_seconds", "trusted_connector_endpoints_regex", "allow_custom_deployment_plan",
+    "local_model.enabled", "remote_inference.enabled")} | {
+    "plugins.neural_search.circuit_breaker.limit", "plugins.neural_search.circuit_breaker.overhead",
+    "plugins.neural_search.sparse.algo_param.index_thread_qty", "cluster.routing.allocation.disk.threshold_enabled",
+    "cluster.routing.allocation.disk.watermark.low", "cluster.routing.allocation.disk.watermark.high",
+    "cluster.routing.allocation.disk.watermark.flood_stage", "action.auto_create_index", "search.max_buckets"}
+
+
+def _bytes_of(value: Any) -> int:
+    """``"5gb"`` -> bytes (OpenSearch ByteSizeValue units)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb|tb|pb)?\s*", str(value).lower())
+    if not match:
+        raise ApiError(400, "illegal_argument_exception", f"failed to parse setting value [{value}] as a size in bytes")
+    unit = {"b": 1, None: 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40, "pb": 1 << 50}[match.group(2)]
+    return int(float(match.group(1)) * unit)
 
 
 def default_model_loader(zip_path: Path, function_name: str):
@@ -97,8 +123,13 @@ class OpenSearchDouble:
 
     def __init__(self, version: str = "3.3.0", plugins: set[str] | None = None, *, ml_node: bool = False,
                  model_loader: Callable[[Path, str], Any] | None = None, validate: bool = True,
-                 task_delay_s: float = 0.05, spec_path: str | Path | None = None) -> None:
+                 task_delay_s: float = 0.05, spec_path: str | Path | None = None,
+                 product: str = "opensearch") -> None:
         from opensearch_lsr.opensearch.client import parse_version
+
+        if product not in ("opensearch", "elasticsearch"):
+            raise ValueError(f"product must be opensearch or elasticsearch, got {product!r}")
+        self.product = product
 
         self.version_string = version
         self.version = parse_version(version)
@@ -122,6 +153,7 @@ class OpenSearchDouble:
         self.violations: list[dict[str, Any]] = []
         self.faults: list[Fault] = []
         self.heap_used_percent = 40
+        self.disk_free_bytes = 100 << 30
         self.fail_deploy_error: str | None = None
         self.corrupt_chunks = 0
         self.reject_bulk_items = 0
@@ -279,6 +311,10 @@ class OpenSearchDouble:
         raise ApiError(400, "illegal_argument_exception", f"no handler found for uri [{path}] and method [{method}]")
 
     def _info(self) -> dict[str, Any]:
+        if self.product == "elasticsearch":  # Elasticsearch's GET / (no distribution, build_flavor, its tagline)
+            return {"name": self.node_id, "cluster_name": "es-double", "cluster_uuid": "double",
+                    "version": {"number": self.version_string, "build_flavor": "default", "build_type": "docker",
+                                "lucene_version": "9.11.1"}, "tagline": "You Know, for Search"}
         return {"name": self.node_id, "cluster_name": "opensearch-double", "cluster_uuid": "double",
                 "version": {"distribution": "opensearch", "number": self.version_string, "build_type": "tar",
                             "lucene_version": "9.12.0", "minimum_wire_compatibility_version": "2.19.0",
@@ -292,7 +328,17 @@ class OpenSearchDouble:
             raise ApiError(405, "method_not_allowed", "method not allowed")
         ack = {"persistent": {}, "transient": {}}
         for scope in ("persistent", "transient"):
+            for key in (body.get(scope) or {}):
+                if key not in KNOWN_SETTINGS:
+                    raise ApiError(400, "illegal_argument_exception", f"{scope} setting [{key}], not recognized")
+        for scope in ("persistent", "transient"):
             for key, value in (body.get(scope) or {}).items():
+                if value is None:  # null resets to the default
+                    self.settings.pop(key, None)
+                    ack[scope][key] = None
+                    continue
+                if key == "plugins.ml_commons.disk_free_space_threshold":
+                    _bytes_of(value)
                 if key == "plugins.ml_commons.jvm_heap_memory_threshold" and not (0 <= int(value) <= 100):
                     raise ApiError(400, "illegal_argument_exception",
                                    f"Failed to parse value [{value}] for setting [{key}] must be <= 100")
@@ -323,7 +369,7 @@ class OpenSearchDouble:
             for mid, chunks in self.chunks.items():  # chunk docs live in the same index (contract 1.4)
                 for n in chunks:
                     docs[f"{mid}_{n}"] = {"model_id": mid, "chunk_number": n, "name": self.models[mid]["name"],
-                                          "function_name": self.models[mid]["function_name"],
+                                          "algorithm": self.models[mid]["algorithm"],
                                           "model_content_hash_value": self.models[mid]["model_content_hash_value"]}
             return 200, self._search_docs(docs, self._json(body))
         if len(segs) == 2 and segs[0] == "models" and method == "GET":
@@ -403,7 +449,8 @@ class OpenSearchDouble:
         self.models[model_id] = {
             "model_id": model_id, "name": meta["name"], "model_group_id": group_id,
             "model_version": str(group["latest_version"]), "description": meta.get("description", ""),
-            "function_name": function_name, "model_format": meta["model_format"],
+            # MLModel.toXContent writes the function name as "algorithm" (ml-commons MLModel.java, ml_model.json)
+            "algorithm": function_name, "model_format": meta["model_format"],
             "model_state": "REGISTERING", "model_content_hash_value": meta["model_content_hash_value"],
             "model_content_size_in_bytes": meta.get("model_content_size_in_bytes"),
             "total_chunks": int(meta["total_chunks"]), "created_time": int(time.time() * 1000),
@@ -417,12 +464,14 @@ class OpenSearchDouble:
             raise ApiError(400, "illegal_argument_exception", LOCAL_FILE_GATE)
         model = self._model(model_id)
         n = int(number)
+        # MLModelChunkUploader throws a plain java.lang.Exception for these three, which OpenSearch
+        # answers with HTTP 500 and type "exception" (ml-commons 3.3.0.0, MLModelChunkUploader.java)
         if n >= model["total_chunks"]:
-            raise ApiError(400, "illegal_argument_exception", "Chunk number exceeds total chunks")
+            raise ApiError(500, "exception", "Chunk number exceeds total chunks")
         if not body:
-            raise ApiError(400, "illegal_argument_exception", "Chunk size either 0 or null")
+            raise ApiError(500, "exception", "Chunk size either 0 or null")
         if len(body) > CHUNK_SIZE:
-            raise ApiError(400, "illegal_argument_exception", "Chunk size exceeds 10MB")
+            raise ApiError(500, "exception", "Chunk size exceeds 10MB")
         data = bytes(body)
         if self.corrupt_chunks > 0:
             self.corrupt_chunks -= 1
@@ -445,10 +494,11 @@ class OpenSearchDouble:
     def _deploy(self, model_id: str) -> tuple[int, Any]:
         model = self._model(model_id)
         if not self.ml_node and _truthy(self.setting("plugins.ml_commons.only_run_on_ml_node")):
-            raise ApiError(400, "illegal_argument_exception", NO_ML_NODE)
-        if model["model_state"] in ("REGISTERING",):
-            raise ApiError(400, "illegal_argument_exception", f"Model {model_id} is not registered yet")
-        task = self._new_task(model_id, "DEPLOY_MODEL", model["function_name"])
+            # TransportDeployModelAction.deployModel: no eligible node -> synchronous 400 with this short text
+            raise ApiError(400, "illegal_argument_exception", NO_ELIGIBLE_NODE)
+        # no model-state check at _deploy (TransportDeployModelAction): a REGISTERING model gets a task,
+        # which fails when the worker cannot assemble the chunks (_run_deploy's hash/chunk check)
+        task = self._new_task(model_id, "DEPLOY_MODEL", model["algorithm"])
         model["model_state"] = "DEPLOYING"
         threading.Thread(target=self._run_deploy, args=(model, task), daemon=True).start()
         return 200, {"task_id": task["task_id"], "task_type": "DEPLOY_MODEL", "status": "CREATED"}
@@ -462,6 +512,8 @@ class OpenSearchDouble:
             threshold = int(self.setting("plugins.ml_commons.jvm_heap_memory_threshold"))
             if threshold < 100 and self.heap_used_percent > threshold:
                 raise RuntimeError(BREAKER_OPEN)
+            if self.disk_free_bytes < _bytes_of(self.setting("plugins.ml_commons.disk_free_space_threshold")):
+                raise RuntimeError(DISK_BREAKER_OPEN)  # DiskCircuitBreaker (ml-commons >= 2.16)
             if self.fail_deploy_error:
                 error, self.fail_deploy_error = self.fail_deploy_error, None
                 raise RuntimeError(error)
@@ -472,7 +524,7 @@ class OpenSearchDouble:
             zip_path = Path(self._tmp.name) / f"{model_id}.zip"
             zip_path.write_bytes(data)
             try:
-                runtime = self.model_loader(zip_path, model["function_name"])
+                runtime = self.model_loader(zip_path, model["algorithm"])
                 runtime.predict(["warm up sentence"], "word")  # DLModel.warmUp
             except Exception as err:  # noqa: BLE001 - every load error becomes this message (DLModel.loadModel)
                 logger.info("deploy of %s failed: %r", model_id, err)
@@ -503,15 +555,15 @@ class OpenSearchDouble:
 
     def predict_map(self, model_id: str, texts: list[str], embedding_format: str = "word") -> list[dict[str, float]]:
         model, runtime = self._runtime(model_id)
-        if model["function_name"] not in ("SPARSE_ENCODING", "SPARSE_TOKENIZE"):
+        if model["algorithm"] not in ("SPARSE_ENCODING", "SPARSE_TOKENIZE"):
             raise ApiError(400, "illegal_argument_exception", "wrong function name for sparse inference")
         return [dict(m) for m in runtime.predict(list(texts), embedding_format)]
 
     def _predict(self, model_id: str, body: dict, algorithm: str | None) -> tuple[int, Any]:
         model, _ = self._runtime(model_id)
-        if algorithm is not None and algorithm.upper() != model["function_name"]:
+        if algorithm is not None and algorithm.upper() != model["algorithm"]:
             raise ApiError(400, "illegal_argument_exception",
-                           f"Wrong function name: {algorithm.upper()} does not match model function {model['function_name']}")
+                           f"Wrong function name: {algorithm.upper()} does not match model function {model['algorithm']}")
         texts = body.get("text_docs")
         if not isinstance(texts, list) or not texts:
             raise ApiError(400, "illegal_argument_exception", "Empty text docs")
@@ -529,7 +581,7 @@ class OpenSearchDouble:
         results = []
         for weights in maps:
             tensor: dict[str, Any] = {"dataAsMap": {"response": [weights]}}
-            if model["function_name"] == "SPARSE_ENCODING":  # SPARSE_TOKENIZE tensors carry no name
+            if model["algorithm"] == "SPARSE_ENCODING":  # SPARSE_TOKENIZE tensors carry no name
                 tensor = {"name": "output", **tensor}
             results.append({"output": [tensor]})
         return 200, {"inference_results": results}
