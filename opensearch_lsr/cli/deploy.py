@@ -67,14 +67,42 @@ def _cluster(kwargs: dict):
               help="Deploy the SPARSE_ENCODING model, the SPARSE_TOKENIZE model, or both.")
 @click.option("--chunk-size", type=int, default=10_000_000, show_default=True, help="Upload chunk bytes (<= 10 MB).")
 @click.option("--no-verify", is_flag=True, help="Skip the _predict smoke test after deploying.")
+@click.option("--dry-run", is_flag=True,
+              help="Contact no cluster: plan the requests a deploy to a fresh cluster would send (see --requests).")
+@click.option("--requests", "requests_file", type=click.Path(dir_okay=False), default=None,
+              help="With --dry-run: write the request sequence here as NDJSON (method, path, query, body; "
+                   "binary chunks as bytes + sha256 + bundle file/offset).")
+@click.option("--cluster-version", default=None,
+              help="With --dry-run: the OpenSearch version to plan for [default: 3.3.0].")
 def deploy_model_cmd(bundle: str, apply_settings: bool, model_group: str | None, timeout_s: float, which: str,
-                     chunk_size: int, no_verify: bool, **conn) -> None:
-    """Register and deploy an export BUNDLE in ML Commons; prints the model ids as JSON (idempotent)."""
+                     chunk_size: int, no_verify: bool, dry_run: bool, requests_file: str | None,
+                     cluster_version: str | None, **conn) -> None:
+    """Register and deploy an export BUNDLE in ML Commons; prints the model ids as JSON (idempotent).
+
+    \b
+    Re-running it reuses a model with the same sha256 (DEPLOYED: kept; REGISTERED: deployed).
+    The exported TorchScript is traced on CPU and runs on CPU ML nodes only: a GPU ML node
+    (DJL warms the model up on every device) fails with "Failed to deploy model".
+    --dry-run --requests FILE writes the exact requests without contacting a cluster.
+    """
     from ..opensearch.mlcommons import DeployConfig, deploy_bundle
 
+    if (requests_file or cluster_version) and not dry_run:
+        fail("--requests and --cluster-version only apply with --dry-run")
     with user_errors():
         config = DeployConfig(which=which, model_group=model_group, apply_settings=apply_settings,
                               timeout_s=timeout_s, chunk_size=chunk_size, verify=not no_verify)
+    if dry_run:
+        from ..opensearch.dryrun import DRY_RUN_VERSION, dry_run_deploy, write_requests_ndjson
+
+        with user_errors():
+            planned = dry_run_deploy(bundle, config, version=cluster_version or DRY_RUN_VERSION)
+            if requests_file:
+                write_requests_ndjson(planned, requests_file)
+        echo_json({"dry_run": True, "cluster_version": cluster_version or DRY_RUN_VERSION, "requests": len(planned),
+                   "requests_file": requests_file,
+                   "sequence": [f"{r['method']} {r['path']}" for r in planned]})
+        return
     client, features = _cluster(conn)
     with user_errors():
         echo_json(deploy_bundle(client, bundle, config, features=features))

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from .client import ClusterFeatures
+from .client import ClusterConnectionError, ClusterFeatures
 
 __all__ = ["DryRunTransport", "dry_run_deploy", "write_requests_ndjson", "DRY_RUN_VERSION"]
 
@@ -119,9 +119,12 @@ def dry_run_deploy(bundle_dir: str | os.PathLike, config: Any = None, *,
     from .mlcommons import DeployConfig, deploy_bundle
 
     config = config or DeployConfig()
+    features = ClusterFeatures.from_version(version)
+    if not features.sparse_models:
+        raise ClusterConnectionError(f"OpenSearch {features.version_string} has no sparse models; plan for 2.11 or newer")
     client = OpenSearch(hosts=["http://dry-run:9200"], transport_class=DryRunTransport, dry_run_version=version)
     transport: DryRunTransport = client.transport  # type: ignore[assignment]
-    deploy_bundle(client, bundle_dir, config, features=ClusterFeatures.from_version(version))
+    deploy_bundle(client, bundle_dir, config, features=features)
     _locate_chunks(transport.requests, Path(bundle_dir))
     return transport.requests
 
