@@ -1,0 +1,1 @@
+"""Lexical retrieval that behaves like OpenSearch's: the ``nori`` analyzer, Lucene BM25, hybrid fusion."""

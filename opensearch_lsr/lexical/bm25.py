@@ -1,0 +1,245 @@
+"""Lucene / OpenSearch BM25 over analysed text (the ``match`` query's scoring on a ``text`` field).
+
+Implements, in float32 as Lucene does (apache/lucene ``lucene/core/src/java/org/apache/lucene/``,
+9.x release tags, which OpenSearch 2.x ships):
+
+- ``search/similarities/BM25Similarity``: ``idf = log(1 + (docCount - df + 0.5) / (df + 0.5))``,
+  ``avgdl = sumTotalTermFreq / docCount``, a 256-entry cache
+  ``1 / (k1 * ((1 - b) + b * LENGTH_TABLE[norm] / avgdl))`` and
+  ``score = weight - weight / (1 + freq * cache[norm])`` with ``weight = boost * idf`` (Lucene 9 dropped
+  the ``(k1 + 1)`` numerator factor);
+- ``util/SmallFloat.intToByte4`` / ``byte4ToInt``: the one-byte field-length norm (lengths 0..23 exact,
+  then 4 significant bits), computed from ``length - numOverlap`` (``discount_overlaps`` true);
+- OpenSearch's default ``BM25`` similarity is ``LegacyBM25Similarity`` (opensearch-project/OpenSearch
+  ``server/src/main/java/org/opensearch/index/similarity/SimilarityProviders.createBM25Similarity``),
+  which scores with ``boost * (1 + k1)``: ``similarity="opensearch"`` (the default) keeps that factor so
+  ``_score`` matches the server's; ``similarity="lucene"`` is plain Lucene 9. Rankings are identical.
+- ``match`` (operator ``or``): one SHOULD ``TermQuery`` per analysed query token; repeated tokens are
+  merged by ``BooleanQuery.rewrite`` into one clause with boost = repetitions; clause scores are summed
+  in double and returned as float (``DisjunctionSumScorer``).
+
+Written by hand, not with ``bm25s``: bm25s (method ``lucene``) uses exact document lengths and float64,
+so it cannot give the quantised-norm scores OpenSearch returns; ``tests/lexical`` checks that with
+``length_norm="exact"`` this module reproduces bm25s's ``lucene`` scores (times ``1 + k1``).
+
+Deviation (documented in ``docs/nori-baseline.md``): in ``mixed`` decompound mode Lucene's query parser
+turns stacked tokens (position increment 0) into a graph/synonym query; here every query token is an
+independent SHOULD clause. The ``discard`` default has no stacked tokens, so it is exact there.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal, Mapping, Sequence, get_args
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..errors import LsrError
+from .nori import NoriAnalyzer, NoriToken
+
+__all__ = ["BM25Error", "LuceneBM25", "Similarity", "top_rows", "LengthNorm", "int_to_byte4", "byte4_to_int", "LENGTH_TABLE"]
+
+logger = logging.getLogger(__name__)
+
+Similarity = Literal["opensearch", "lucene"]
+LengthNorm = Literal["lucene", "exact"]
+
+
+class BM25Error(LsrError, ValueError):
+    """Bad BM25 parameters or input."""
+
+
+# ---- SmallFloat (org.apache.lucene.util.SmallFloat) ----------------------------------------------
+
+def _long_to_int4(i: int) -> int:
+    num_bits = i.bit_length()
+    if num_bits < 4:
+        return i  # subnormal value
+    shift = num_bits - 4
+    encoded = (i >> shift) & 0x07  # keep 4 significant bits, the leading one implicit
+    return encoded | ((shift + 1) << 3)
+
+
+def _int4_to_long(i: int) -> int:
+    bits = i & 0x07
+    shift = (i >> 3) - 1
+    return bits if shift == -1 else (bits | 0x08) << shift
+
+
+_NUM_FREE_VALUES = 255 - _long_to_int4(2**31 - 1)  # 24
+
+
+def int_to_byte4(i: int) -> int:
+    """``SmallFloat.intToByte4`` as an unsigned byte (0..255): lengths < 24 exact, then 4 significant bits."""
+    if i < 0:
+        raise BM25Error(f"Only supports positive values, got {i}")
+    return i if i < _NUM_FREE_VALUES else _NUM_FREE_VALUES + _long_to_int4(i - _NUM_FREE_VALUES)
+
+
+def byte4_to_int(b: int) -> int:
+    """``SmallFloat.byte4ToInt`` of an unsigned byte."""
+    return b if b < _NUM_FREE_VALUES else _NUM_FREE_VALUES + _int4_to_long(b - _NUM_FREE_VALUES)
+
+
+#: ``BM25Similarity.LENGTH_TABLE``: the decoded length of each norm byte.
+LENGTH_TABLE = np.array([byte4_to_int(i) for i in range(256)], dtype=np.float32)
+_ENCODE = np.vectorize(int_to_byte4, otypes=[np.int64])
+
+
+def top_rows(rows: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` best of ``rows`` by ``scores[row]`` descending, ties by row ascending (Lucene's order)."""
+    if len(rows) > k:
+        kth = np.partition(scores[rows], len(rows) - k)[len(rows) - k]
+        rows = rows[scores[rows] >= kth]
+    return rows[np.lexsort((rows, -scores[rows]))][:k]
+
+
+# ---- the index -----------------------------------------------------------------------------------
+
+@dataclass
+class LuceneBM25:
+    """Inverted index of one analysed text field with Lucene BM25 scoring.
+
+    Build with :meth:`build` (from a corpus) or :meth:`from_tokens` (from already analysed documents).
+    """
+
+    doc_ids: list[str]
+    vocab: dict[str, int]
+    indptr: np.ndarray  # [V + 1] postings offsets per term
+    postings: np.ndarray  # [nnz] row (document) numbers, ascending within a term
+    freqs: np.ndarray  # [nnz] float32 term frequencies
+    lengths: np.ndarray  # [N] discounted field lengths (int64)
+    sum_total_term_freq: int
+    doc_count: int  # documents with at least one token in the field
+    analyzer: NoriAnalyzer
+    k1: float = 1.2
+    b: float = 0.75
+    similarity: Similarity = "opensearch"
+    length_norm: LengthNorm = "lucene"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.k1) and self.k1 >= 0):
+            raise BM25Error(f"illegal k1 value: {self.k1}, must be a non-negative finite value")
+        if not (0 <= self.b <= 1):
+            raise BM25Error(f"illegal b value: {self.b}, must be between 0 and 1")
+        if self.similarity not in get_args(Similarity):
+            raise BM25Error(f"similarity must be one of {', '.join(get_args(Similarity))}, got {self.similarity!r}")
+        if self.length_norm not in get_args(LengthNorm):
+            raise BM25Error(f"length_norm must be one of {', '.join(get_args(LengthNorm))}, got {self.length_norm!r}")
+        self._prepare()
+
+    # ---- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, corpus: Mapping[str, str], analyzer: NoriAnalyzer | None = None, k1: float = 1.2,
+              b: float = 0.75, similarity: Similarity = "opensearch", length_norm: LengthNorm = "lucene",
+              progress: bool = False) -> "LuceneBM25":
+        """Analyse ``corpus`` (``{doc_id: text}``) and index it.
+
+        Args:
+            corpus: documents by id.
+            analyzer: the field's analyzer (default: ``NoriAnalyzer()``, OpenSearch's ``nori``).
+            k1, b: BM25 parameters (OpenSearch defaults 1.2, 0.75).
+            similarity: ``opensearch`` (LegacyBM25Similarity, scores x (1 + k1)) or ``lucene``.
+            length_norm: ``lucene`` (one-byte norm) or ``exact`` (for comparisons only).
+            progress: show a progress bar while analysing.
+        """
+        analyzer = analyzer or NoriAnalyzer()
+        ids = [str(d) for d in corpus]
+        texts = tqdm(corpus.values(), total=len(ids), desc="nori analysis", disable=not progress, unit="doc")
+        return cls.from_tokens(ids, [analyzer.tokens(t if isinstance(t, str) else "") for t in texts], analyzer,
+                               k1=k1, b=b, similarity=similarity, length_norm=length_norm)
+
+    @classmethod
+    def from_tokens(cls, doc_ids: Sequence[str], docs: Sequence[Sequence[NoriToken]], analyzer: NoriAnalyzer,
+                    **params) -> "LuceneBM25":
+        """Index already analysed documents (token streams with position increments)."""
+        if len(doc_ids) != len(docs):
+            raise BM25Error(f"{len(doc_ids)} ids for {len(docs)} documents")
+        vocab: dict[str, int] = {}
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[int] = []
+        lengths = np.zeros(len(docs), np.int64)
+        total = 0
+        count = 0
+        for row, tokens in enumerate(docs):
+            counts = Counter(t.term for t in tokens)
+            if counts:
+                count += 1
+            total += len(tokens)  # sumTotalTermFreq counts every token, stacked ones included
+            lengths[row] = NoriAnalyzer.field_length(tokens)
+            for term, c in counts.items():
+                rows.append(row)
+                cols.append(vocab.setdefault(term, len(vocab)))
+                vals.append(c)
+        cols_a = np.asarray(cols, np.int64)
+        order = np.lexsort((np.asarray(rows, np.int64), cols_a))
+        indptr = np.zeros(len(vocab) + 1, np.int64)
+        np.cumsum(np.bincount(cols_a, minlength=len(vocab)), out=indptr[1:])
+        return cls(doc_ids=list(doc_ids), vocab=vocab, indptr=indptr,
+                   postings=np.asarray(rows, np.int32)[order], freqs=np.asarray(vals, np.float32)[order],
+                   lengths=lengths, sum_total_term_freq=total, doc_count=count, analyzer=analyzer, **params)
+
+    def _prepare(self) -> None:
+        k1, b = np.float32(self.k1), np.float32(self.b)
+        avgdl = np.float32(self.sum_total_term_freq / self.doc_count) if self.doc_count else np.float32(1.0)
+        self.avgdl = float(avgdl)
+        one = np.float32(1.0)
+        if self.length_norm == "lucene":
+            cache = one / (k1 * ((one - b) + b * LENGTH_TABLE / avgdl))  # float32, as BM25Similarity.scorer
+            self.norm_bytes = _ENCODE(self.lengths).astype(np.uint8) if len(self.lengths) else np.zeros(0, np.uint8)
+            self.norm_inverse = cache[self.norm_bytes]
+        else:
+            self.norm_bytes = None
+            self.norm_inverse = one / (k1 * ((one - b) + b * self.lengths.astype(np.float32) / avgdl))
+        dfs = np.diff(self.indptr)
+        self.idf = np.log(1.0 + (self.doc_count - dfs + 0.5) / (dfs + 0.5)).astype(np.float32)
+        self.boost_factor = np.float32(1.0 + self.k1) if self.similarity == "opensearch" else np.float32(1.0)
+
+    # ---- scoring ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def query_terms(self, text: str) -> Counter:
+        """Analysed query tokens with their repetition counts (the rewritten clause boosts)."""
+        return Counter(self.analyzer.analyze(text))
+
+    def term_scores(self, term: str, boost: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, float32 scores)`` of one ``TermQuery`` with ``boost``."""
+        tid = self.vocab.get(term)
+        if tid is None:
+            return np.zeros(0, np.int32), np.zeros(0, np.float32)
+        lo, hi = self.indptr[tid], self.indptr[tid + 1]
+        rows = self.postings[lo:hi]
+        weight = np.float32(np.float32(boost) * self.boost_factor) * self.idf[tid]
+        return rows, weight - weight / (np.float32(1.0) + self.freqs[lo:hi] * self.norm_inverse[rows])
+
+    def score(self, text: str, boost: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """``(matched mask [N], float32 scores [N])`` of a ``match`` query (operator ``or``) for ``text``."""
+        acc = np.zeros(len(self.doc_ids), np.float64)
+        mask = np.zeros(len(self.doc_ids), bool)
+        for term, reps in self.query_terms(text).items():
+            rows, s = self.term_scores(term, boost * reps)
+            acc[rows] += s
+            mask[rows] = True
+        return mask, acc.astype(np.float32)
+
+    def search(self, queries: Mapping[str, str], k: int = 100) -> dict[str, dict[str, float]]:
+        """Top-``k`` documents per query as a ranx-style run ``{qid: {doc_id: score}}``.
+
+        Ties are broken by index order (Lucene: lower doc id first); a query with no matching term
+        gets an empty ranking.
+        """
+        if k < 1:
+            raise BM25Error(f"k must be >= 1, got {k}")
+        run: dict[str, dict[str, float]] = {}
+        for qid, text in queries.items():
+            mask, scores = self.score(text)
+            top = top_rows(np.flatnonzero(mask), scores, k)
+            run[str(qid)] = {self.doc_ids[r]: float(scores[r]) for r in top}
+        return run

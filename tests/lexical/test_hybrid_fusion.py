@@ -1,0 +1,91 @@
+"""Hybrid fusion against hand-computed normalisations (neural-search semantics)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from opensearch_lsr.lexical.fusion import FusionError, HybridFusion, fuse_runs
+
+PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
+
+BM25 = [("a", 10.0), ("b", 6.0), ("c", 2.0)]
+SPARSE = [("b", 3.0), ("d", 1.0)]
+
+
+def test_min_max_weighted_mean_by_hand():
+    fused = HybridFusion("min_max", (0.3, 0.7)).fuse([BM25, SPARSE])
+    # bm25 min-max: a 1, b (6-2)/(10-2) = 0.5, c 0 -> 0.001; sparse: b 1, d 0 -> 0.001
+    # a = 0.3*1 = 0.3, b = 0.3*0.5 + 0.7*1 = 0.85, c = 0.3*0.001 = 0.0003, d = 0.7*0.001 = 0.0007
+    assert [k for k, _ in fused] == ["b", "a", "d", "c"]
+    got = dict(fused)
+    assert got["b"] == pytest.approx(0.85, rel=1e-6)
+    assert got["a"] == pytest.approx(0.3, rel=1e-6)
+    assert got["d"] == pytest.approx(0.0007, rel=1e-4)
+    assert got["c"] == pytest.approx(0.0003, rel=1e-4)
+
+
+def test_min_max_single_and_tied_results_score_one():
+    fused = dict(HybridFusion("min_max", (0.5, 0.5)).fuse([[("a", 4.2)], [("b", 7.0), ("c", 7.0)]]))
+    # one hit: max == min == score -> 1.0; two tied hits: both 1.0
+    assert fused == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.5})
+
+
+def test_unweighted_mean_divides_by_the_number_of_sub_queries():
+    fused = dict(HybridFusion("min_max").fuse([BM25, SPARSE]))
+    assert fused["b"] == pytest.approx((0.5 + 1.0) / 2)
+    assert fused["a"] == pytest.approx(0.5)
+
+
+def test_rrf_by_hand_and_ties_keep_first_appearance():
+    fused = HybridFusion("rrf", rank_constant=60).fuse([BM25, SPARSE])
+    got = dict(fused)
+    assert got["a"] == pytest.approx(1 / 61) and got["c"] == pytest.approx(1 / 63)
+    assert got["b"] == pytest.approx(1 / 62 + 1 / 61) and got["d"] == pytest.approx(1 / 62)
+    assert [k for k, _ in fused] == ["b", "a", "d", "c"]
+    tied = HybridFusion("rrf", rank_constant=1).fuse([[("x", 9.0)], [("y", 1.0)]])
+    assert tied == [("x", 0.5), ("y", 0.5)]
+
+
+def test_size_cuts_after_fusion():
+    assert len(HybridFusion("rrf").fuse([BM25, SPARSE], size=2)) == 2
+
+
+def test_invalid_settings_use_the_servers_words():
+    with pytest.raises(FusionError, match="sum of weights for combination must be equal to 1.0"):
+        HybridFusion("min_max", (0.5, 0.6))
+    with pytest.raises(FusionError, match=r"range \[0.0 ... 1.0\]"):
+        HybridFusion("min_max", (1.5, -0.5))
+    with pytest.raises(FusionError, match="between 1 and 10000"):
+        HybridFusion("rrf", rank_constant=0)
+    with pytest.raises(FusionError, match="number of weights \\[2\\] must match number of sub-queries \\[3\\]"):
+        HybridFusion("min_max", (0.5, 0.5)).fuse([BM25, SPARSE, BM25])
+    with pytest.raises(FusionError, match="technique must be one of min_max, rrf"):
+        HybridFusion("l2")  # type: ignore[arg-type]
+
+
+def test_reads_the_repository_pipelines_and_both_rrf_shapes():
+    norm = HybridFusion.from_pipeline(json.loads((PIPELINES / "search_hybrid_normalization.json").read_text()))
+    assert norm == HybridFusion("min_max", (0.3, 0.7))
+    rrf = HybridFusion.from_pipeline(json.loads((PIPELINES / "search_hybrid_rrf.json").read_text()))
+    assert rrf == HybridFusion("rrf", None, 60)
+    old = {"phase_results_processors": [{"score-ranker-processor": {
+        "combination": {"technique": "rrf", "parameters": {"rank_constant": 20}}}}]}
+    assert HybridFusion.from_pipeline(old).rank_constant == 20
+    assert HybridFusion.from_pipeline(HybridFusion("rrf", (0.4, 0.6), 7).pipeline()) == HybridFusion("rrf", (0.4, 0.6), 7)
+    with pytest.raises(FusionError, match="no phase_results_processors"):
+        HybridFusion.from_pipeline({"request_processors": []})
+    with pytest.raises(FusionError, match="min_max"):
+        HybridFusion.from_pipeline({"phase_results_processors": [{"normalization-processor": {
+            "normalization": {"technique": "l2"}}}]})
+
+
+def test_fuse_runs_cuts_each_run_to_the_window_before_normalising():
+    bm25 = {"q": dict(BM25), "only-bm25": {"a": 1.0}}
+    sparse = {"q": {"d": 1.0, "b": 3.0, "e": 0.5}}  # unsorted on purpose; window 2 drops e
+    run = fuse_runs([bm25, sparse], "min_max", (0.3, 0.7), window=2)
+    # bm25 window [a 10, b 6]: a 1, b 0.001; sparse window [b 3, d 1]: b 1, d 0.001
+    assert list(run["q"]) == ["b", "a"]
+    assert run["q"]["b"] == pytest.approx(0.3 * 0.001 + 0.7)
+    assert run["only-bm25"] == pytest.approx({"a": 0.3})
