@@ -1,0 +1,223 @@
+"""Search side of the double: ``_search`` with bool/neural_sparse/hybrid, two-phase, SEISMIC rules.
+
+Mixed into :class:`~double.server.OpenSearchDouble`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .store import ApiError, Index, eval_query
+
+__all__ = ["SearchMixin"]
+
+
+class SearchMixin:
+    """``<index>/_search``; ``self`` is the double."""
+
+    # -- search -----------------------------------------------------------------------------------
+    def _search(self, name: str, query: dict, body: dict) -> dict[str, Any]:
+        idx = self._get_index(name)
+        docs = idx.searchable()
+        size = int(body.get("size", query.get("size", 10)))
+        offset = int(body.get("from", query.get("from", 0)))
+        pipeline_id = query.get("search_pipeline") or idx.settings.get("index.search.default_pipeline")
+        pipeline = None
+        if pipeline_id and pipeline_id != "_none":
+            pipeline = self.search_pipelines.get(pipeline_id)
+            if pipeline is None:
+                raise ApiError(404, "resource_not_found_exception", f"Pipeline {pipeline_id} is not defined")
+        q = body.get("query") or {"match_all": {}}
+        limit: int | None = None
+        if "hybrid" in q:
+            scores = self._hybrid(idx, q["hybrid"], docs, pipeline, size + offset)
+        else:
+            scores, limit = self._score(idx, q, docs)
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        if limit is not None:
+            ranked = ranked[:limit]
+        hits = []
+        for doc_id, score in ranked[offset:offset + size]:
+            hit: dict[str, Any] = {"_index": name, "_id": doc_id, "_score": score}
+            src_opt = body.get("_source", True)
+            if src_opt is not False:
+                src = docs[doc_id].source
+                if isinstance(src_opt, list):
+                    src = {k: v for k, v in src.items() if k in src_opt}
+                elif isinstance(src_opt, dict) and "excludes" in src_opt:
+                    src = {k: v for k, v in src.items() if k not in src_opt["excludes"]}
+                hit["_source"] = src
+            hits.append(hit)
+        return {"took": 1, "timed_out": False, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
+                "hits": {"total": {"value": len(ranked), "relation": "eq"},
+                         "max_score": hits[0]["_score"] if hits else None, "hits": hits}}
+
+    def _score(self, idx: Index, q: dict, docs: dict) -> tuple[dict[str, float], int | None]:
+        (kind, body), = q.items()
+        if kind == "match_all":
+            return {d: 1.0 for d in docs}, None
+        if kind == "neural_sparse":
+            return self._neural_sparse(idx, body, docs)
+        if kind == "match":
+            (fname, value), = body.items()
+            text = value.get("query") if isinstance(value, dict) else value
+            return idx.bm25(fname, str(text), docs), None
+        if kind in ("term", "terms", "ids", "exists"):
+            return {d: 1.0 for d, doc in docs.items() if eval_query(q, {**doc.source, "_id": d})}, None
+        if kind == "bool":
+            def clauses(key):
+                value = body.get(key, [])
+                return value if isinstance(value, list) else [value]
+            candidates = set(docs)
+            total: dict[str, float] = {}
+            for sub in clauses("filter"):
+                candidates &= {d for d, doc in docs.items() if eval_query(sub, {**doc.source, "_id": d})}
+            for sub in clauses("must_not"):
+                candidates -= {d for d, doc in docs.items() if eval_query(sub, {**doc.source, "_id": d})}
+            for sub in clauses("must"):
+                s, _ = self._score(idx, sub, docs)
+                candidates &= set(s)
+                for d, v in s.items():
+                    total[d] = total.get(d, 0.0) + v
+            should = clauses("should")
+            should_hit: set[str] = set()
+            for sub in should:
+                s, _ = self._score(idx, sub, docs)
+                should_hit |= set(s)
+                for d, v in s.items():
+                    total[d] = total.get(d, 0.0) + v
+            if should and not clauses("must") and not clauses("filter"):
+                candidates &= should_hit
+            return {d: total.get(d, 0.0) for d in candidates}, None
+        raise ApiError(400, "parsing_exception", f"unknown query [{kind}]")
+
+    def _neural_sparse(self, idx: Index, body: dict, docs: dict) -> tuple[dict[str, float], int | None]:
+        if "opensearch-neural-search" not in self.plugins:
+            raise ApiError(400, "parsing_exception", "unknown query [neural_sparse]")
+        if len(body) != 1:
+            a, b = list(body)[:2]
+            raise ApiError(400, "parsing_exception", f"[neural_sparse] query doesn't support multiple fields, found [{a}] and [{b}]")
+        (fname, clause), = body.items()
+        allowed_values = {"query_text", "model_id", "boost", "_name", "max_token_score"}
+        if self.version >= (3, 1, 0):
+            allowed_values.add("analyzer")
+        for key, value in clause.items():
+            if isinstance(value, dict):
+                if key == "query_tokens" and self.version >= (2, 14, 0):
+                    continue
+                if key == "method_parameters" and self.version >= (3, 3, 0):
+                    continue
+                raise ApiError(400, "parsing_exception", f"[neural_sparse] unknown token [START_OBJECT] after [{key}]")
+            if key not in allowed_values:
+                raise ApiError(400, "parsing_exception", f"[neural_sparse] query does not support [{key}] field")
+        query_text, model_id, analyzer = clause.get("query_text"), clause.get("model_id"), clause.get("analyzer")
+        tokens = clause.get("query_tokens")
+        if tokens is None:
+            if query_text is None:
+                raise ApiError(400, "illegal_argument_exception",
+                               "either query_text field or query_tokens field must be provided for [neural_sparse] query")
+            if self.version < (2, 13, 0) and model_id is None:
+                raise ApiError(400, "illegal_argument_exception",
+                               "using query_text, model_id field must be provided for [neural_sparse] query")
+        for key in ("query_text", "model_id", "analyzer"):
+            if clause.get(key) == "":
+                raise ApiError(400, "illegal_argument_exception", f"{key} field can not be empty")
+        ftype = idx.field_type(fname)
+        is_ann = ftype == "sparse_vector" and self.version >= (3, 3, 0)
+        if tokens is None:
+            if model_id is not None and analyzer is not None:
+                raise ApiError(400, "illegal_argument_exception",
+                               f"Cannot use both [model_id: {model_id}] and [analyzer: {analyzer}] for neural sparse query "
+                               "tokenization. Specify only one tokenization method. These parameters can be set either in "
+                               "the query or through the neural_query_enricher search processor.")
+            if analyzer is not None or (model_id is None and self.version >= (3, 1, 0)):
+                name = analyzer or "bert-uncased"
+                # the pre-built bert-uncased / mbert-uncased analyzers ship inside ML Commons; the double has no
+                # copy of their vocabularies, so it answers as a shard without that analyzer would
+                raise ApiError(400, "illegal_argument_exception", f"Analyzer [{name}] not found in shard context. ")
+            if not str(query_text or "").strip() or not str(model_id or "").strip():
+                raise ApiError(400, "illegal_argument_exception", "query_text and model_id cannot be null")
+            fmt = "token_id" if (is_ann and fname in idx.sparse_ann_fields()) else "word"
+            tokens = self.predict_map(model_id, [query_text], fmt)[0]
+        if not is_ann and ftype != "rank_features":
+            raise ApiError(400, "illegal_argument_exception", "[neural_sparse] query only works on [rank_features] fields")
+        tokens = {str(k): float(v) for k, v in tokens.items()}
+        limit = None
+        method_params = clause.get("method_parameters")
+        if is_ann and method_params:
+            top_n = int(method_params.get("top_n", 10))
+            tokens = dict(sorted(tokens.items(), key=lambda kv: -kv[1])[:top_n])
+            limit = int(method_params.get("k", 10))
+            if method_params.get("filter"):
+                docs = {d: doc for d, doc in docs.items() if eval_query(method_params["filter"], doc.source)}
+        if is_ann:
+            bad = [t for t in tokens if not t.isdigit()]
+            if bad:
+                raise ApiError(400, "illegal_argument_exception", f"[sparse_vector] query tokens should be valid integer, got [{bad[0]}]")
+        for token, weight in tokens.items():
+            from .store import f32
+            w = f32(weight)
+            if not (0 < w <= 64.0):  # FeatureField.newLinearQuery
+                raise ApiError(400, "illegal_argument_exception", f"weight must be in (0, 64.0], got: {w!r}")
+        boost = float(clause.get("boost", 1.0))
+        scores: dict[str, float] = {}
+        from .store import f32
+        for doc_id, doc in docs.items():
+            feats = doc.features.get(fname)
+            if not feats:
+                continue
+            score = 0.0
+            matched = False
+            for token, weight in tokens.items():
+                dw = feats.get(token)
+                if dw is not None:
+                    score += f32(weight) * dw
+                    matched = True
+            if matched:
+                scores[doc_id] = boost * score
+        return scores, limit
+
+    def _hybrid(self, idx: Index, body: dict, docs: dict, pipeline: dict | None, depth: int) -> dict[str, float]:
+        subs = body.get("queries") or []
+        if not subs:
+            raise ApiError(400, "illegal_argument_exception", "hybrid query must have at least one sub-query")
+        per_query = []
+        for sub in subs:
+            s, _ = self._score(idx, sub, docs)
+            ranked = sorted(s.items(), key=lambda kv: (-kv[1], kv[0]))[:max(depth, 10)]
+            per_query.append(ranked)
+        procs = [p for p in (pipeline or {}).get("phase_results_processors", []) or []]
+        if not procs:
+            # without a normalization/score-ranker processor the double falls back to max of raw scores (UNVERIFIED)
+            out: dict[str, float] = {}
+            for ranked in per_query:
+                for d, v in ranked:
+                    out[d] = max(out.get(d, 0.0), v)
+            return out
+        (ptype, config), = procs[0].items()
+        if ptype == "score-ranker-processor":
+            k = int((config.get("combination") or {}).get("rank_constant", 60))
+            out = {}
+            for ranked in per_query:
+                for rank, (d, _) in enumerate(ranked, start=1):
+                    out[d] = out.get(d, 0.0) + 1.0 / (k + rank)
+            return out
+        comb = config.get("combination") or {}
+        weights = (comb.get("parameters") or {}).get("weights") or [1.0 / len(subs)] * len(subs)
+        if len(weights) != len(subs):
+            raise ApiError(400, "illegal_argument_exception",
+                           f"number of weights [{len(weights)}] must match number of sub-queries [{len(subs)}] in hybrid query")
+        normed = []
+        for ranked in per_query:
+            if not ranked:
+                normed.append({})
+                continue
+            values = [v for _, v in ranked]
+            lo, hi = min(values), max(values)
+            normed.append({d: (1.0 if hi == lo else max((v - lo) / (hi - lo), 0.001)) for d, v in ranked})
+        out = {}
+        all_docs = set().union(*[set(n) for n in normed])
+        for d in all_docs:
+            num = sum(w * n[d] for w, n in zip(weights, normed) if d in n)
+            den = sum(w for w, n in zip(weights, normed) if d in n)
+            out[d] = num / den if den else 0.0
+        return out
