@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from ..local.index import truncate_feature_values
+from ..contract import truncate_feature_values
 from .metrics import evaluate_run
 from .retrieval import sparsity_stats, top_k_run
 

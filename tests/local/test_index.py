@@ -7,7 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from opensearch_lsr.local.index import LocalIndex, LocalIndexError, truncate_feature_value, truncate_feature_values
+from opensearch_lsr.contract import truncate_feature_value, truncate_feature_values
+from opensearch_lsr.local.index import LocalIndex, LocalIndexError
 
 MAPPINGS = {"properties": {"text": {"type": "text"}, "emb": {"type": "rank_features"},
                            "lang": {"type": "keyword"}, "year": {"type": "integer"}}}
