@@ -17,24 +17,13 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
+from ..engines.base import BulkOutcome
 from ..errors import LsrError
 
 __all__ = ["BulkOutcome", "BulkWriteError", "OpenSearchBulkWriter", "is_retryable_status"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class BulkOutcome:
-    """What happened to one action: ``ok`` or the final ``status`` and ``error`` (reason)."""
-
-    doc_id: str
-    ok: bool
-    status: int
-    error: Any = None
 
 
 class BulkWriteError(LsrError, RuntimeError):
