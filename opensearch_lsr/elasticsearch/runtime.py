@@ -119,8 +119,12 @@ class TextExpansionRuntime:
         """Operations ml-cpp would refuse (empty when the graph validates)."""
         return disallowed_operations(graph_operations(self.module))
 
-    def raw_output(self, texts: Sequence[str]) -> np.ndarray:
-        """``[batch, V]`` weights for one request (``texts`` padded together), contract-checked."""
+    def raw_output(self, texts: Sequence[str], strict: bool = True) -> np.ndarray:
+        """``[batch, V]`` weights for one request (``texts`` padded together), contract-checked.
+
+        ``strict=False`` reads a 3-D ``[batch, seq, V]`` output as Elasticsearch does (position 0 of
+        each sequence, silently); ``strict`` refuses it, which is what the conformance check wants.
+        """
         import torch
 
         req = self.tokenizer.request(list(texts))
@@ -136,6 +140,8 @@ class TextExpansionRuntime:
             raise EsConformanceError("the model must return one 2-D or 3-D tensor (CResultWriter)")
         if out.dtype not in (torch.float32, torch.float64, torch.bfloat16):
             raise EsConformanceError(f"Cannot process result tensor of type [{out.dtype}]")
+        if out.dim() == 3 and not strict:
+            out = out[:, 0, :]
         if out.dim() == 3:
             # a raw masked LM ([batch, seq, V]): Elasticsearch would read the [CLS] position only
             raise EsConformanceError("the model returns [batch, seq, vocab] logits: Elasticsearch reads position 0 "
@@ -147,12 +153,12 @@ class TextExpansionRuntime:
             raise EsConformanceError("output holds NaN or infinite weights")
         return arr
 
-    def infer(self, texts: Sequence[str]) -> list[dict[str, float]]:
+    def infer(self, texts: Sequence[str], strict: bool = True) -> list[dict[str, float]]:
         """``TextExpansionResults`` per text (each text is its own request, as the ingest processor sends it)."""
         keys = es_keys(self.vocabulary)
         results = []
         for text in texts:
-            vector = self.raw_output([text])[0]
+            vector = self.raw_output([text], strict=strict)[0]
             ids = np.flatnonzero(vector > 0.0)
             weighted = sorted(((keys[i], float(np.float32(vector[i]))) for i in ids), key=lambda kv: -kv[1])
             merged: dict[str, float] = {}
