@@ -277,6 +277,32 @@ class QueryEvaluator:
         match = np.diff(sub.tocsc().indptr) > 0
         return match, score * boost
 
+    # sparse_vector (Elasticsearch's query, H-es / issue 14) ---------------------------------------
+    def query_sparse_vector(self, spec: Any, scoring: bool) -> Clause:
+        """Elasticsearch's ``sparse_vector`` query (``SparseVectorQueryBuilder``) on a vector field:
+        ``query_vector`` scores like ``query_tokens``, ``inference_id`` + ``query`` like ``model_id`` +
+        ``query_text``; the same Lucene ``FeatureField`` linear scoring. Token pruning needs field
+        statistics the local backend does not keep, so ``prune`` is refused."""
+        if not isinstance(spec, dict) or not isinstance(spec.get("field"), str):
+            raise LocalIndexError("[sparse_vector] requires a [field]", "parsing_exception")
+        allowed = {"field", "query_vector", "inference_id", "query", "prune", "pruning_config", "boost", "_name"}
+        for key in spec:
+            if key not in allowed:
+                raise LocalIndexError(f"[sparse_vector] unknown field [{key}]", "parsing_exception")
+        if spec.get("prune") or spec.get("pruning_config"):
+            raise LocalIndexError("[sparse_vector] prune/pruning_config needs Elasticsearch's field statistics; "
+                                  "the local backend scores every token")
+        if ("query_vector" in spec) == ("inference_id" in spec):
+            raise LocalIndexError("[sparse_vector] requires one of [query_vector] or [inference_id]")
+        params: dict[str, Any] = {"boost": spec.get("boost", 1.0)}
+        if "query_vector" in spec:
+            params["query_tokens"] = spec["query_vector"]
+        else:
+            if not isinstance(spec.get("query"), str):
+                raise LocalIndexError("[sparse_vector] [query] must be specified with [inference_id]")
+            params.update(query_text=spec["query"], model_id=spec["inference_id"])
+        return self.query_neural_sparse({spec["field"]: params}, scoring)
+
     def explanation(self, row: int, total: float) -> dict:
         """The ``_explanation`` of a hit: one entry per matched ``neural_sparse`` token."""
         details = []
