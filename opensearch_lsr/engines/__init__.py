@@ -5,6 +5,7 @@ kind               class                                            module
 =================  ===============================================  =====================================
 ``local``          :class:`~.local.LocalEngine`                     ``engines/local.py`` (embedded)
 ``opensearch``     :class:`~.opensearch.OpenSearchEngine`           ``engines/opensearch.py`` (a cluster)
+``elasticsearch``  ``ElasticsearchEngine``                          ``elasticsearch/engine.py`` (a cluster)
 =================  ===============================================  =====================================
 
 A new engine is one module with a class that satisfies :class:`~.base.Engine`, plus one line in
@@ -23,6 +24,7 @@ __all__ = ["Engine", "BulkOutcome", "EngineKind", "IndexKind", "ENGINES", "engin
 ENGINES: dict[str, str] = {
     "local": "opensearch_lsr.engines.local:LocalEngine",
     "opensearch": "opensearch_lsr.engines.opensearch:OpenSearchEngine",
+    "elasticsearch": "opensearch_lsr.elasticsearch.engine:ElasticsearchEngine",
 }
 
 
