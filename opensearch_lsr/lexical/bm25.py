@@ -28,17 +28,23 @@ independent SHOULD clause. The ``discard`` default has no stacked tokens, so it 
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence, get_args
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence, get_args
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import LsrError
 from .nori import NoriAnalyzer, NoriToken
+
+if TYPE_CHECKING:
+    from .analysis import TextAnalyzer
 
 __all__ = ["BM25Error", "LuceneBM25", "Similarity", "top_rows", "LengthNorm", "int_to_byte4", "byte4_to_int", "LENGTH_TABLE"]
 
@@ -114,7 +120,7 @@ class LuceneBM25:
     lengths: np.ndarray  # [N] discounted field lengths (int64)
     sum_total_term_freq: int
     doc_count: int  # documents with at least one token in the field
-    analyzer: NoriAnalyzer
+    analyzer: "TextAnalyzer"
     k1: float = 1.2
     b: float = 0.75
     similarity: Similarity = "opensearch"
@@ -134,7 +140,7 @@ class LuceneBM25:
     # ---- construction ----------------------------------------------------------------------------
 
     @classmethod
-    def build(cls, corpus: Mapping[str, str], analyzer: NoriAnalyzer | None = None, k1: float = 1.2,
+    def build(cls, corpus: Mapping[str, str], analyzer: "TextAnalyzer | None" = None, k1: float = 1.2,
               b: float = 0.75, similarity: Similarity = "opensearch", length_norm: LengthNorm = "lucene",
               progress: bool = False) -> "LuceneBM25":
         """Analyse ``corpus`` (``{doc_id: text}``) and index it.
@@ -154,7 +160,7 @@ class LuceneBM25:
                                k1=k1, b=b, similarity=similarity, length_norm=length_norm)
 
     @classmethod
-    def from_tokens(cls, doc_ids: Sequence[str], docs: Sequence[Sequence[NoriToken]], analyzer: NoriAnalyzer,
+    def from_tokens(cls, doc_ids: Sequence[str], docs: Sequence[Sequence[NoriToken]], analyzer: "TextAnalyzer",
                     **params) -> "LuceneBM25":
         """Index already analysed documents (token streams with position increments)."""
         if len(doc_ids) != len(docs):
@@ -199,6 +205,30 @@ class LuceneBM25:
         dfs = np.diff(self.indptr)
         self.idf = np.log(1.0 + (self.doc_count - dfs + 0.5) / (dfs + 0.5)).astype(np.float32)
         self.boost_factor = np.float32(1.0 + self.k1) if self.similarity == "opensearch" else np.float32(1.0)
+
+    # ---- persistence -----------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the postings and statistics to one ``.npz`` file (atomically); the analyzer is not saved."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"k1": self.k1, "b": self.b, "similarity": self.similarity, "length_norm": self.length_norm,
+                "sum_total_term_freq": int(self.sum_total_term_freq), "doc_count": int(self.doc_count)}
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, meta=np.array(json.dumps(meta)), doc_ids=np.array(self.doc_ids, dtype=object),
+                 terms=np.array(list(self.vocab), dtype=object), indptr=self.indptr, postings=self.postings,
+                 freqs=self.freqs, lengths=self.lengths)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, analyzer: "TextAnalyzer") -> "LuceneBM25":
+        """Read an index written by :meth:`save`; ``analyzer`` must be the one it was built with."""
+        with np.load(path, allow_pickle=True) as z:
+            meta = json.loads(str(z["meta"]))
+            return cls(doc_ids=[str(d) for d in z["doc_ids"]], vocab={str(t): i for i, t in enumerate(z["terms"])},
+                       indptr=z["indptr"], postings=z["postings"], freqs=z["freqs"], lengths=z["lengths"],
+                       analyzer=analyzer, **meta)
 
     # ---- scoring ---------------------------------------------------------------------------------
 

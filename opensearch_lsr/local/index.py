@@ -380,10 +380,12 @@ class LocalIndex:
 
     # ---- searching ----------------------------------------------------------------------------
 
-    def search(self, body: dict | None = None) -> dict:
+    def search(self, body: dict | None = None, search_pipeline: str | dict | None = None) -> dict:
         """Run a ``_search`` body; returns the OpenSearch response shape.
 
-        ``query`` takes the types of :class:`~opensearch_lsr.local.query_evaluator.QueryEvaluator`;
+        ``query`` takes the types of :class:`~opensearch_lsr.local.query_evaluator.QueryEvaluator`, or a
+        top-level ``hybrid`` query fused by ``search_pipeline`` (a pipeline body, the name of one stored
+        with :meth:`put_search_pipeline`, else the ``index.search.default_pipeline`` setting);
         also ``size``, ``from``, ``_source``, ``explain``, ``track_total_hits``.
         """
         t0 = time.perf_counter()
@@ -406,29 +408,32 @@ class LocalIndex:
         view = self._get_view()
         query = body.get("query", {"match_all": {}})
         ctx = QueryEvaluator(self, view, explain=bool(body.get("explain", False)))
-        match, score = ctx.evaluate(query, scoring=True)
-        rows = np.flatnonzero(match)
-        scores = score[rows].astype(np.float32) if score is not None else np.ones(len(rows), np.float32)
-        order = top_order(scores, from_ + size)
-        page = order[from_:from_ + size]
+        if isinstance(query, dict) and len(query) == 1 and "hybrid" in query:
+            page_hits, total, best = self._hybrid(query["hybrid"], ctx, search_pipeline, size, from_)
+        else:
+            match, score = ctx.evaluate(query, scoring=True)
+            rows = np.flatnonzero(match)
+            scores = score[rows].astype(np.float32) if score is not None else np.ones(len(rows), np.float32)
+            order = top_order(scores, from_ + size)
+            page_hits = [(int(rows[i]), float(scores[i])) for i in order[from_:from_ + size]]
+            total = len(rows)
+            best = float(scores[order[0]]) if len(order) else None
         source_spec = body.get("_source", True)
         hits = []
-        for i in page:
-            row = int(rows[i])
-            hit: dict[str, Any] = {"_index": self.name, "_id": view.ids[row], "_score": float(scores[i])}
+        for row, row_score in page_hits:
+            hit: dict[str, Any] = {"_index": self.name, "_id": view.ids[row], "_score": row_score}
             src = filter_source(view, row, source_spec)
             if src is not None:
                 hit["_source"] = src
             if ctx.explain:
-                hit["_explanation"] = ctx.explanation(row, float(scores[i]))
+                hit["_explanation"] = ctx.explanation(row, row_score)
             hits.append(hit)
-        total = len(rows)
         tth = body.get("track_total_hits", TRACK_TOTAL_HITS)
         limit = TRACK_TOTAL_HITS if tth is None else (math.inf if tth is True else (0 if tth is False else int(tth)))
         total_obj = {"value": total, "relation": "eq"} if total <= limit else {"value": int(limit), "relation": "gte"}
         resp = {"took": int((time.perf_counter() - t0) * 1000), "timed_out": False,
                 "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0},
-                "hits": {"max_score": float(scores[order[0]]) if len(order) and size else None, "hits": hits}}
+                "hits": {"max_score": best if size else None, "hits": hits}}
         if tth is not False:
             resp["hits"] = {"total": total_obj, **resp["hits"]}
         return resp
@@ -442,6 +447,68 @@ class LocalIndex:
             except LocalIndexError as err:
                 out.append(err.to_response())
         return {"took": 0, "responses": out}
+
+    # ---- text fields and hybrid search (opensearch_lsr.lexical) -----------------------------------
+
+    def text_bm25(self, field: str, analyzer: str | None = None) -> tuple[Any, Any]:
+        """``(LuceneBM25 of text field over the live rows, search analyzer)``; postings are cached next
+        to the segments (:mod:`opensearch_lsr.lexical.text_index`)."""
+        from ..lexical.analysis import analyzer_for_field
+        from ..lexical.text_index import text_field_bm25
+
+        props = self._manifest["mappings"]["properties"]
+        if props.get(field, {}).get("type") not in ("text", "match_only_text"):
+            raise LocalIndexError(f"the local backend answers [match] on text fields only; [{field}] is "
+                                  f"{'unmapped' if field not in props else props[field].get('type')}")
+        settings = self._manifest.get("settings")
+        index_analyzer = analyzer_for_field(props, settings, field)
+        search_analyzer = (analyzer_for_field({field: {"analyzer": analyzer}}, settings, field) if analyzer
+                           else analyzer_for_field(props, settings, field, search=True))
+        view = self._get_view()
+
+        def values():
+            for row in range(len(view)):
+                value: Any = view.source(row)
+                for part in field.split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                yield value
+
+        bm25 = text_field_bm25(self.path, self._manifest["segments"], field, index_analyzer, view.ids, values)
+        return bm25, search_analyzer
+
+    def put_search_pipeline(self, name: str, body: dict) -> None:
+        """Store a search pipeline (``PUT _search/pipeline/<name>``) for hybrid queries on this index."""
+        if not isinstance(body, dict):
+            raise LocalIndexError("search pipeline body must be an object", "parse_exception")
+        with write_lock(self.path):
+            self._reload_manifest()
+            manifest = json.loads(json.dumps(self._manifest))
+            manifest.setdefault("search_pipelines", {})[str(name)] = body
+            self._commit_manifest(manifest)
+
+    def _hybrid(self, spec: Any, ctx: QueryEvaluator, pipeline: str | dict | None, size: int,
+                from_: int) -> tuple[list[tuple[int, float]], int, float | None]:
+        from ..errors import LsrError
+        from ..lexical.fusion import HybridFusion
+        from ..lexical.queries import hybrid_hits
+
+        if pipeline is None:
+            settings = self._manifest.get("settings") or {}
+            index = settings.get("index", settings)
+            pipeline = (settings.get("index.search.default_pipeline")
+                        or ((index.get("search") or {}).get("default_pipeline") if isinstance(index, dict) else None))
+        if isinstance(pipeline, str):
+            stored = (self._manifest.get("search_pipelines") or {}).get(pipeline)
+            if stored is None:
+                raise LocalIndexError(f"Pipeline {pipeline} is not defined", "illegal_argument_exception", 404)
+            pipeline = stored
+        try:
+            fusion = HybridFusion.from_pipeline(pipeline) if pipeline is not None else None
+            return hybrid_hits(spec, lambda q: ctx.evaluate(q, scoring=True), fusion, size, from_)
+        except LocalIndexError:
+            raise
+        except LsrError as err:
+            raise LocalIndexError(str(err), getattr(err, "error_type", "illegal_argument_exception")) from None
 
     def field_type(self, field: str) -> str:
         """The mapped type of ``field`` (``keyword`` when unmapped)."""

@@ -1,7 +1,7 @@
 """The query DSL of the local backend: one evaluator, one method per query type.
 
 Supported: ``neural_sparse`` (``query_tokens``, or ``query_text`` with a ``model_id``/``analyzer``),
-``bool`` (must/filter/should/must_not, ``minimum_should_match``), ``match_all``, ``term`` (filter
+``match`` (text fields, Lucene BM25: :mod:`opensearch_lsr.lexical`), ``bool`` (must/filter/should/must_not, ``minimum_should_match``), ``match_all``, ``term`` (filter
 context), ``terms``, ``ids``, ``exists``. Add a query type as a ``query_<type>`` method of
 :class:`QueryEvaluator`. Request validation and error strings follow OpenSearch (contract §4.2).
 """
@@ -45,6 +45,9 @@ class SearchTarget(Protocol):
     def analyzer(self, name: str) -> QueryEncoder:
         """The analyzer registered as ``name``."""
 
+    def text_bm25(self, field: str, analyzer: str | None = None) -> tuple[Any, Any]:
+        """``(LuceneBM25 over the live rows, search analyzer)`` of a ``text`` field (``match``)."""
+
 
 class QueryEvaluator:
     """Evaluates one ``_search`` query over every live document of a :class:`LiveView` at once.
@@ -79,6 +82,32 @@ class QueryEvaluator:
             raise LocalIndexError(f"unknown query [{kind}] (local backend supports "
                                   f"{', '.join(self.supported_queries())})", "parsing_exception")
         return handler(spec, scoring)
+
+    # match / hybrid (opensearch_lsr.lexical) ----------------------------------------------------
+    def query_match(self, spec: Any, scoring: bool) -> Clause:
+        """``match`` on a ``text`` field: the mapped analyzer (nori or standard) and Lucene BM25."""
+        from ..errors import LsrError
+        from ..lexical.queries import match_clause, parse_match
+
+        try:
+            parsed = parse_match(spec)
+            bm25, search_analyzer = self.target.text_bm25(parsed.field, self._match_analyzer(spec))
+            mask, score = match_clause(bm25, parsed, search_analyzer)
+        except LocalIndexError:
+            raise
+        except LsrError as err:
+            raise LocalIndexError(str(err), getattr(err, "error_type", "illegal_argument_exception")) from None
+        return mask, score if scoring else None
+
+    @staticmethod
+    def _match_analyzer(spec: Any) -> str | None:
+        value = next(iter(spec.values()), None) if isinstance(spec, dict) and len(spec) == 1 else None
+        return value.get("analyzer") if isinstance(value, dict) else None
+
+    def query_hybrid(self, spec: Any, scoring: bool) -> Clause:
+        # neural-search HybridQueryBuilder: only LocalIndex.search runs a top-level hybrid query
+        raise LocalIndexError("hybrid query must be a top level query and cannot be wrapped into other queries",
+                              "illegal_argument_exception")
 
     # match_all / term / terms / ids / exists -----------------------------------------------
     def query_match_all(self, spec: Any, scoring: bool) -> Clause:

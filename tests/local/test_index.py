@@ -159,7 +159,8 @@ def test_empty_index_and_bad_queries(tmp_path, index):
         ({"neural_sparse": {"emb": {"query_text": "hi", "model_id": "nope"}}}, "Failed to find model"),
         ({"neural_sparse": {"emb": {"query_text": "hi"}}}, r"analyzer \[bert-uncased\] is not available"),
         ({"neural_sparse": {"emb": {}}}, "query_text or query_tokens"),
-        ({"match": {"text": "x"}}, r"unknown query \[match\]"),
+        ({"match": {"lang": "x"}}, r"\[match\] on text fields only"),
+        ({"hybrid": {"queries": [{"match_all": {}}]}}, "needs a search pipeline"),
         ({"term": {"lang": "ko"}}, "bool.filter"),
     ]
     for query, msg in bad:
