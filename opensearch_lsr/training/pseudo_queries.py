@@ -4,7 +4,8 @@ No generative model is available offline (doc2query / InPars / Promptagator need
 *sampled* from the passage itself, in three styles that together cover what search users type:
 
 * ``keywords``: 2-4 content morphemes of the passage (nori's analysis: nouns, proper nouns, foreign
-  words, numbers, verb/adjective stems), drawn with probability proportional to their corpus IDF and kept
+  words, Chinese characters, roots, numbers of 2+ digits; one-syllable common nouns and bare verb /
+  adjective stems are left out, they rarely stand alone in a query), drawn with probability proportional to their corpus IDF and kept
   in passage order ("수면 무호흡 원인"). Keyword queries are the majority of real search-box queries, and IDF
   sampling favours the terms that identify the passage (the term-selection idea of Lee et al. 2019,
   "Latent Retrieval for Weakly Supervised Open Domain QA", applied to morphemes).
@@ -35,9 +36,9 @@ __all__ = ["Strategy", "STRATEGIES", "CONTENT_TAGS", "PseudoQuery", "PseudoQuery
 Strategy = Literal["keywords", "span", "lead"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
-#: nori POS tags that carry content (Lucene ``POS.Tag``): general / proper nouns, foreign words (SL),
-#: numbers (SN), Chinese characters (SH), verb / adjective stems, roots (XR).
-CONTENT_TAGS = frozenset({"NNG", "NNP", "SL", "SN", "SH", "VV", "VA", "XR"})
+#: nori POS tags that make keyword-query terms (Lucene ``POS.Tag``): general / proper nouns, foreign
+#: words (SL), numbers (SN), Chinese characters (SH), roots (XR).
+CONTENT_TAGS = frozenset({"NNG", "NNP", "SL", "SN", "SH", "XR"})
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。])\s+")
 
@@ -93,8 +94,16 @@ class PseudoQueryConfig:
             raise ValueError(f"need 1 <= min_span <= max_span, got {self.min_span}, {self.max_span}")
 
 
+def _keyword_worthy(term: str, tag: str) -> bool:
+    if tag not in CONTENT_TAGS:
+        return False
+    if tag == "SN":
+        return len(term) >= 2
+    return tag in ("NNP", "SL") or len(term) >= 2
+
+
 def _content_terms(analyzer: MorphemeAnalyzer, text: str) -> list[str]:
-    return [term for term, tag in analyzer.morphemes(text) if tag in CONTENT_TAGS and len(term) > 0]
+    return [term for term, tag in analyzer.morphemes(text) if _keyword_worthy(term, tag)]
 
 
 def _keywords(terms: list[str], idf: Mapping[str, float], rng: random.Random, config: PseudoQueryConfig) -> str:
