@@ -174,7 +174,7 @@ def export_elasticsearch(
     import torch
 
     from .. import __version__ as toolkit_version
-    from ..opensearch.artifacts import DEFAULT_VERIFY_TEXTS, ExportError, _resolve_encoder, _special_ids_from_backend
+    from ..opensearch.artifacts import DEFAULT_VERIFY_TEXTS, ExportError, _resolve_encoder
 
     config = EsExportConfig(model_dir=str(model_dir), model_id=model_id, max_sequence_length=max_sequence_length,
                             verify=verify)
@@ -199,7 +199,9 @@ def export_elasticsearch(
     if mlm.get_output_embeddings().weight.shape[0] != vocab_size:
         raise EsExportError("model vocabulary and tokenizer sizes differ")
     vocabulary = [backend.id_to_token(i) for i in range(vocab_size)]
-    special_ids = sorted(_special_ids_from_backend(backend) | {int(i) for i in hf_tok.all_special_ids})
+    # the ids the OpenSearch export zeroes too: HF special ids + tokenizer.json's special added tokens
+    special_ids = sorted({int(i) for i in hf_tok.all_special_ids}
+                         | {int(i) for i, t in backend.get_added_tokens_decoder().items() if t.special})
     name = Path(str(mlm.name_or_path or model_dir)).name or "sparse-model"
     if str(model_dir) == "splade-tiny":
         name = "splade-tiny"
