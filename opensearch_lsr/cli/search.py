@@ -1,6 +1,8 @@
 """`lsr-os search`, `eval`, `inference-free`, `quickstart`: query an index and measure an encoder."""
 from __future__ import annotations
 
+import json
+
 import click
 
 from ..opensearch.client import connection_options
@@ -13,8 +15,19 @@ __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
 @click.option("--index", "index_ref", required=True,
               help="Local index directory (--backend local) or OpenSearch index name (--backend opensearch).")
 @click.argument("query_text")
-@click.option("--mode", type=click.Choice(["model", "tokens", "analyzer"]), default="tokens", show_default=True,
-              help="model: query_text + model_id; tokens: client-side query_tokens; analyzer: query_text + analyzer.")
+@click.option("--mode", type=click.Choice(["model", "tokens", "analyzer", "hybrid"]), default="tokens",
+              show_default=True,
+              help="model: query_text + model_id; tokens: client-side query_tokens; analyzer: query_text + analyzer; "
+                   "hybrid: BM25 `match` on the text field + neural_sparse (query_tokens with --model, else "
+                   "--model-id) fused by a search pipeline.")
+@click.option("--technique", type=click.Choice(["min_max", "rrf"]), default="min_max", show_default=True,
+              help="--mode hybrid: min-max + weighted arithmetic mean, or RRF.")
+@click.option("--weights", default="0.3,0.7", show_default=True, help="--mode hybrid min_max: BM25,sparse weights.")
+@click.option("--rank-constant", type=int, default=60, show_default=True, help="--mode hybrid rrf: the rank constant.")
+@click.option("--search-pipeline", default=None,
+              help="--mode hybrid on OpenSearch: an existing search pipeline (lsr-os create-pipeline hybrid); "
+                   "default: one created from --technique as lsr-os-hybrid.")
+@click.option("--text-field", default="text", show_default=True, help="--mode hybrid: the text field `match` queries.")
 @click.option("--model", "model", default=None,
               help="Encoder dir / export bundle: the query side for --mode tokens, the model for local --mode model.")
 @click.option("--model-id", default=None, help="Deployed ML Commons model id (--mode model on OpenSearch).")
@@ -27,10 +40,11 @@ __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
 @click.option("--backend", type=click.Choice(["local", "opensearch"]), default="local", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the raw response as JSON.")
 @connection_options
-def search_cmd(index_ref: str, query_text: str, mode: str, model: str | None, model_id: str | None,
+def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weights: str, rank_constant: int,
+               search_pipeline: str | None, text_field: str, model: str | None, model_id: str | None,
                analyzer: str | None, field: str | None, size: int, filters: tuple[str, ...], show_query: bool,
                explain: bool, backend: str, as_json: bool, **conn) -> None:
-    """Search an index with a standard neural_sparse query and print the hits."""
+    """Search an index with a standard neural_sparse (or hybrid BM25 + neural_sparse) query; print the hits."""
     from ..opensearch.query import (bool_query, explain_contributions, neural_sparse_query, query_tokens_for,
                                    search_body)
 
@@ -56,7 +70,29 @@ def search_cmd(index_ref: str, query_text: str, mode: str, model: str | None, mo
             version = detect_features(client, detect_plugins=False).version
             fields = []
         field = field or (fields[0] if len(fields) == 1 else "passage_embedding")
-        if mode == "tokens":
+        pipeline = None
+        if mode == "hybrid":
+            from ..lexical.fusion import HybridFusion
+            from ..lexical.queries import hybrid_query, match_query
+
+            if model:
+                sparse = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model), version=version)
+            elif model_id:
+                sparse = neural_sparse_query(field, query_text=query_text, model_id=model_id, version=version)
+            else:
+                fail("--mode hybrid needs --model (query_tokens computed here) or --model-id (a deployed model)")
+            fusion = HybridFusion(technique, tuple(_weights(weights)) if technique == "min_max" else None,  # type: ignore[arg-type]
+                                  rank_constant)
+            pipeline = search_pipeline or fusion.pipeline()
+            if backend == "opensearch" and not search_pipeline:
+                from ..opensearch.indices import put_search_pipeline
+
+                put_search_pipeline(client, "lsr-os-hybrid", fusion.pipeline())
+                pipeline = "lsr-os-hybrid"
+            subs = [match_query(text_field, query_text), sparse]
+            subs = [bool_query(q, parsed_filters) for q in subs] if parsed_filters else subs
+            body = search_body(hybrid_query(subs), size=size, source={"excludes": [field]})
+        elif mode == "tokens":
             if not model:
                 fail("--mode tokens needs --model (an encoder dir or export bundle) to compute query_tokens")
             clause = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model), version=version)
@@ -69,13 +105,18 @@ def search_cmd(index_ref: str, query_text: str, mode: str, model: str | None, mo
             clause = neural_sparse_query(field, query_text=query_text, model_id=mid, version=version)
         else:
             clause = neural_sparse_query(field, query_text=query_text, analyzer=analyzer, version=version)
-        body = search_body(bool_query(clause, parsed_filters or None), size=size,
-                           source={"excludes": [field]}, explain=explain)
+        if mode != "hybrid":
+            body = search_body(bool_query(clause, parsed_filters or None), size=size,
+                               source={"excludes": [field]}, explain=explain)
     if show_query:
-        click.echo("# request body")
+        click.echo("# request body" + (f" (search pipeline: {json.dumps(pipeline)})" if pipeline else ""))
         echo_json(body)
     try:
-        resp = target.search(body) if backend == "local" else client.search(index=index_ref, body=body)
+        if backend == "local":
+            resp = target.search(body, search_pipeline=pipeline) if pipeline else target.search(body)
+        else:
+            params = {"search_pipeline": pipeline} if pipeline else None
+            resp = client.search(index=index_ref, body=body, params=params)
     except USER_ERRORS as err:
         fail(error_message(err))
     except Exception as err:  # noqa: BLE001 - opensearch-py TransportError etc.: one sentence
@@ -111,10 +152,20 @@ def search_cmd(index_ref: str, query_text: str, mode: str, model: str | None, mo
               help="Document max_ratio pruning levels of the sweep ('' for none).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Output dir: report.json, report.md, run.trec, effectiveness_vs_flops.png.")
+@click.option("--baseline", type=click.Choice(["none", "bm25-nori"]), default="none", show_default=True,
+              help="bm25-nori: also run `match` on the text field (nori analyzer, Lucene BM25) and report it first.")
+@click.option("--hybrid", type=click.Choice(["none", "min_max", "rrf"]), default="none", show_default=True,
+              help="Also run hybrid [match, neural_sparse] bodies under a search pipeline: min-max + weighted "
+                   "arithmetic mean, or RRF.")
+@click.option("--weights", default="0.3,0.7", show_default=True, help="--hybrid min_max: BM25,sparse weights (sum 1).")
+@click.option("--rank-constant", type=int, default=60, show_default=True, help="--hybrid rrf: the rank constant.")
+@click.option("--pagination-depth", type=int, default=None,
+              help="--hybrid: hits each sub-query contributes (default: the evaluation depth, 100).")
 @connection_options
 def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str, index_ref: str | None,
              model_id: str | None, idf: str | None, max_queries: int | None, max_docs: int | None,
-             prune_levels: str, out_dir: str, **conn) -> None:
+             prune_levels: str, out_dir: str, baseline: str, hybrid: str, weights: str, rank_constant: int,
+             pagination_depth: int | None, **conn) -> None:
     """Evaluate an encoder through a backend: nDCG@10, MRR@10, Recall@100, FLOPS, active dims."""
     from ..evaluation.pipeline import EvalConfig, run_evaluation
 
@@ -122,14 +173,29 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
         levels = [float(x) for x in prune_levels.split(",") if x.strip()]
         config = EvalConfig(dataset=dataset, split=split, model=model, query_mode=query_mode, backend=backend,
                             index=index_ref, model_id=model_id, idf=idf, max_queries=max_queries,
-                            max_docs=max_docs, prune_levels=levels)
+                            max_docs=max_docs, prune_levels=levels, baseline=baseline, hybrid=hybrid,
+                            hybrid_weights=_weights(weights), rank_constant=rank_constant,
+                            hybrid_window=pagination_depth)
         client = None
         if backend == "opensearch":
             from ..opensearch.client import client_from_options
 
             client = client_from_options(**conn)
         result = run_evaluation(config, out_dir, client=client, show_progress_bar=True)
-    echo_json({"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"]})
+    out = {"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"]}
+    if result.get("rows"):
+        out["rows"] = result["rows"]
+    echo_json(out)
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--weights must be two numbers like 0.3,0.7, got {text!r}") from None
+    if len(values) != 2:
+        raise ValueError(f"--weights must be two numbers (BM25, sparse) like 0.3,0.7, got {text!r}")
+    return values
 
 
 @cli.command("inference-free")

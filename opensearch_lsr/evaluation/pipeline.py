@@ -61,8 +61,23 @@ class EvalConfig(ArtifactConfig):
     batch_size: int = 32
     prune_levels: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.3, 0.5])
     name: str | None = None
+    # rows measured through the same backend (opensearch_lsr.lexical.baselines): `match` on the text
+    # field (nori BM25) and `hybrid [match, neural_sparse]` under a min_max or rrf search pipeline
+    baseline: Literal["none", "bm25-nori"] = "none"
+    hybrid: Literal["none", "min_max", "rrf"] = "none"
+    hybrid_weights: list[float] = field(default_factory=lambda: [0.3, 0.7])  # [bm25, sparse], min_max only
+    rank_constant: int = 60
+    hybrid_window: int | None = None  # hits per sub-query (pagination_depth); default k
 
     def __post_init__(self) -> None:
+        from ..lexical.baselines import check_choices
+
+        check_choices(self.baseline, self.hybrid)
+        if self.hybrid != "none":  # the pipeline's own validation (weights sum to 1, rank constant range), up front
+            from ..lexical.fusion import HybridFusion
+
+            HybridFusion(self.hybrid, tuple(self.hybrid_weights) if self.hybrid == "min_max" else None,
+                         self.rank_constant)
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {list(QUERY_MODES)}, got {self.query_mode!r}")
         if self.backend not in BACKENDS:
@@ -158,6 +173,41 @@ def _query_tokens(weights: Mapping[str, float]) -> dict[str, float] | None:
     return q or None
 
 
+def _lexical_rows(config: EvalConfig, backend: Any, client: Any, dataset: BeirDataset,
+                  sparse_bodies: Mapping[str, dict | None], out: Path) -> list:
+    """The nori BM25 baseline and hybrid rows (``config.baseline`` / ``config.hybrid``), run files in ``out``."""
+    from ..lexical.baselines import (BASELINE_NAME, baseline_row, hybrid_row, local_pipeline_search,
+                                     opensearch_pipeline_search)
+    from ..lexical.fusion import HybridFusion
+    from .report import write_trec_run
+
+    rows = []
+    if config.baseline == "bm25-nori":
+        name = BASELINE_NAME
+        if config.backend == "local":  # a reused index may analyse the text field otherwise: say so
+            from ..lexical.analysis import analyzer_for_field
+            from ..lexical.nori import NoriAnalyzer
+
+            props = backend.mappings["properties"]
+            if not isinstance(analyzer_for_field(props, backend.settings, TEXT_FIELD), NoriAnalyzer):
+                analyzer = props.get(TEXT_FIELD, {}).get("analyzer", "standard")
+                logger.warning("the local index analyses %s with %r, not nori: the baseline row is BM25 over it",
+                               TEXT_FIELD, analyzer)
+                name = f"BM25 ({analyzer} analyzer)"
+        rows.append(baseline_row(backend.search, dataset.queries, dataset.qrels, TEXT_FIELD, config.k, name))
+        write_trec_run(rows[-1].run, out / "run-bm25-nori.trec", tag="bm25-nori")
+    if config.hybrid != "none":
+        fusion = HybridFusion(config.hybrid, tuple(config.hybrid_weights) if config.hybrid == "min_max" else None,
+                              config.rank_constant)
+        search = (local_pipeline_search(backend, fusion.pipeline()) if config.backend == "local" else
+                  opensearch_pipeline_search(client, config.index, fusion.pipeline()))
+        sparse = {qid: (body or {}).get("query") for qid, body in sparse_bodies.items()}
+        rows.append(hybrid_row(search.search, dataset.queries, sparse, dataset.qrels, TEXT_FIELD, fusion, config.k,
+                               config.hybrid_window))
+        write_trec_run(rows[-1].run, out / f"run-hybrid-{config.hybrid}.trec", tag=f"hybrid-{config.hybrid}")
+    return rows
+
+
 def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any = None,
                    show_progress_bar: bool = False) -> dict[str, Any]:
     """Evaluate ``config.model`` on ``config.dataset``; writes the report, run and plot to ``out_dir``.
@@ -192,7 +242,7 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
                 import shutil
 
                 shutil.rmtree(index_path)
-            index = LocalIndex.create(index_path, {"properties": {TEXT_FIELD: {"type": "text"},
+            index = LocalIndex.create(index_path, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": "nori"},
                                                                   VECTOR_FIELD: {"type": "rank_features"}}})
             doc_csr = encoder.to_csr(dtexts, "document", config.batch_size, show_progress_bar)
             timings["encode_documents"] = time.perf_counter() - t0
@@ -230,6 +280,9 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     run = search_run(backend, bodies)
     timings["search"] = time.perf_counter() - t0
     metrics = evaluate_run(dataset.qrels, run)
+    lexical_rows = _lexical_rows(config, backend, client, dataset, bodies, out)
+    for row in lexical_rows:
+        timings[f"search {row.name}"] = row.seconds
 
     vocab = {t: i for i, t in enumerate(terms)}
     q_csr, vocab = dicts_to_csr(qdicts, vocab)
@@ -249,5 +302,9 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
                                        "idf_source": idf_source},
               "metrics": metrics, "sweep": sweep, "plot": str(plot) if plot else None,
               "run_file": str(out / "run.trec"), "timings": timings}
+    if lexical_rows:  # the nori row leads, hybrids follow the model
+        model_row = {"system": name, **metrics, "query_ms": 1000.0 * timings["search"] / max(1, len(qids))}
+        result["rows"] = ([r.table_row() for r in lexical_rows if not r.name.startswith("hybrid")] + [model_row]
+                          + [r.table_row() for r in lexical_rows if r.name.startswith("hybrid")])
     write_report(result, out, title=f"Evaluation: {name} on {dataset.name}/{dataset.split}")
     return result

@@ -58,7 +58,8 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = D
 def write_report(result: Mapping[str, Any], out_dir: str | os.PathLike, title: str = "Evaluation") -> tuple[Path, Path]:
     """Write ``report.json`` (everything) and ``report.md`` (summary + sweep tables) into ``out_dir``.
 
-    ``result`` holds ``metrics`` (a row), optional ``sweep`` (rows with ``max_ratio``) and
+    ``result`` holds ``metrics`` (a row) or ``rows`` (several systems, e.g. the nori BM25 baseline first),
+    optional ``sweep`` (rows with ``max_ratio``) and
     ``config`` / timing facts.
     """
     out = Path(out_dir)
@@ -70,7 +71,9 @@ def write_report(result: Mapping[str, Any], out_dir: str | os.PathLike, title: s
         value = cfg.get(key, result.get(key))
         if value is not None:
             lines.append(f"- **{key}**: `{value}`")
-    lines += ["", "## Metrics", "", markdown_table([{"system": result.get("name", "model"), **result["metrics"]}])]
+    rows = result.get("rows") or [{"system": result.get("name", "model"), **result["metrics"]}]
+    columns = DEFAULT_COLUMNS + (("query_ms",) if any("query_ms" in r for r in rows) else ())
+    lines += ["", "## Metrics", "", markdown_table(rows, columns)]
     if result.get("sweep"):
         lines += ["## Pruning sweep (document-side max_ratio)", "",
                   markdown_table(result["sweep"], DEFAULT_COLUMNS, first="max_ratio")]

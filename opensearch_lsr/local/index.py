@@ -119,6 +119,11 @@ class LocalIndex:
         return json.loads(json.dumps(self._manifest["mappings"]))
 
     @property
+    def settings(self) -> dict:
+        """The index settings given at creation (analysis, default search pipeline)."""
+        return json.loads(json.dumps(self._manifest.get("settings") or {}))
+
+    @property
     def vector_fields(self) -> list[str]:
         """Fields mapped as ``rank_features``."""
         return [f for f, m in self._manifest["mappings"]["properties"].items() if m.get("type") == "rank_features"]
