@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from .config import ArtifactConfig, read_json, write_json
+from .contract import decode_keys
 
 __all__ = [
     "InferenceFreeConfig",
@@ -53,8 +54,6 @@ class InferenceFreeConfig(ArtifactConfig):
 
 def idf_weight_vector(tokenizer, idf: Mapping[str, float] | None) -> torch.Tensor:
     """``[V]`` weights: ``idf.get(decode([id]), 1.0)`` per id, 0 for ids whose key is empty (specials)."""
-    from .opensearch.query import decode_keys
-
     keys = decode_keys(tokenizer)
     weights = torch.zeros(len(keys), dtype=torch.float32)
     for i, key in enumerate(keys):
@@ -66,8 +65,6 @@ def idf_weight_vector(tokenizer, idf: Mapping[str, float] | None) -> torch.Tenso
 def idf_from_weights(tokenizer, weights: torch.Tensor) -> dict[str, float]:
     """The inverse of :func:`idf_weight_vector`: ``{decode([id]): weight}`` for every id with a
     non-empty key and a positive weight (what ``idf.json`` holds for ML Commons' query side)."""
-    from .opensearch.query import decode_keys
-
     values = weights.detach().float().cpu().tolist()
     return {key: w for key, w in zip(decode_keys(tokenizer), values) if key and w > 0}
 

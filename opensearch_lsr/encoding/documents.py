@@ -21,11 +21,11 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format, vector_to_keys
 from .encoder import SparseVector
-from .pruning import PruneConfig, prune_arrays
+from ..pruning import PruneConfig, prune_arrays
 
 __all__ = [
-    "KeyFormat",
     "LongTextPolicy",
     "doc_id_for",
     "DocumentBuilder",
@@ -34,7 +34,6 @@ __all__ = [
     "flat_mapping",
 ]
 
-KeyFormat = Literal["word", "token_id"]
 LongTextPolicy = Literal["truncate", "split"]
 
 
@@ -45,7 +44,7 @@ def doc_id_for(doc_id: str | None, text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
-def split_passages(text: str, tokenizer, max_length: int = 512) -> list[str]:
+def split_passages(text: str, tokenizer, max_length: int = MAX_LENGTH) -> list[str]:
     """Split ``text`` into consecutive passages of at most ``max_length`` tokens (specials included).
 
     Cuts fall on word starts where possible (a WordPiece continuation ``##x`` or a token glued to the
@@ -90,13 +89,12 @@ class DocumentBuilder:
     keys: Sequence[str] | None
     key_format: KeyFormat = "word"
     prune: PruneConfig = PruneConfig()
-    text_field: str = "text"
-    sparse_field: str = "sparse_embedding"
+    text_field: str = DEFAULT_TEXT_FIELD
+    sparse_field: str = DEFAULT_VECTOR_FIELD
     id_field: str | None = "id"
 
     def __post_init__(self) -> None:
-        if self.key_format not in get_args(KeyFormat):
-            raise ValueError(f"key_format {self.key_format!r} is not one of {', '.join(get_args(KeyFormat))}")
+        check_key_format(self.key_format)
         if self.key_format == "word" and self.keys is None:
             raise ValueError("key_format 'word' needs the tokenizer's keys")
         if self.text_field == self.sparse_field:
@@ -108,12 +106,7 @@ class DocumentBuilder:
         if self.key_format == "token_id":
             ids, weights = prune_arrays(ids, weights, self.prune)
             return {str(int(i)): float(w) for i, w in zip(ids.tolist(), weights.tolist())}
-        merged: dict[str, float] = {}
-        keys = self.keys
-        for i, w in zip(ids.tolist(), weights.tolist()):
-            key = keys[i] if i < len(keys) else ""
-            if key:
-                merged[key] = w  # a later id with the same decode overwrites (ML Commons map)
+        merged = vector_to_keys(ids.tolist(), weights.tolist(), self.keys)
         if self.prune.prune_type == "none" or not merged:
             return merged
         names = list(merged)
@@ -138,7 +131,7 @@ class DocumentBuilder:
         return doc
 
 
-def flat_mapping(text_field: str = "text", sparse_field: str = "sparse_embedding",
+def flat_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAULT_VECTOR_FIELD,
                  key_format: KeyFormat = "word") -> dict:
     """Minimal mapping for flat documents (the full templates live in ``mappings/``)."""
     sparse = {"type": "rank_features"} if key_format == "word" else {
@@ -146,7 +139,7 @@ def flat_mapping(text_field: str = "text", sparse_field: str = "sparse_embedding
     return {"properties": {"id": {"type": "keyword"}, text_field: {"type": "text"}, sparse_field: sparse}}
 
 
-def nested_mapping(text_field: str = "text", sparse_field: str = "sparse_embedding",
+def nested_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAULT_VECTOR_FIELD,
                    key_format: KeyFormat = "word") -> dict:
     """Mapping for ``split`` documents: ``<sparse_field>`` nested, ``.sparse_encoding`` sparse."""
     sparse = {"type": "rank_features"} if key_format == "word" else {

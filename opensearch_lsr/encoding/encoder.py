@@ -41,14 +41,13 @@ from typing import Any, Callable, Literal, NamedTuple, get_args
 import numpy as np
 import torch
 
+from ..contract import FLOAT_MIN_NORMAL, MAX_LENGTH, decode_keys, special_token_ids
+
 __all__ = [
     "Precision",
     "SparseVector",
     "EncoderStats",
     "SparseDocumentEncoder",
-    "MIN_NORMAL_FLOAT32",
-    "token_keys",
-    "special_token_ids",
     "count_tokens",
     "cpu_has_native_bf16",
 ]
@@ -56,8 +55,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-#: Lucene ``FeatureField`` rejects values below ``Float.MIN_NORMAL`` (contract section 6.1).
-MIN_NORMAL_FLOAT32 = float(np.finfo(np.float32).tiny)
 
 
 class SparseVector(NamedTuple):
@@ -79,16 +76,6 @@ class EncoderStats:
     by_stage: dict[str, float] = field(default_factory=dict)
 
 
-def token_keys(tokenizer) -> list[str]:
-    """Per vocabulary id, the key ML Commons uses in WORD format: ``decode([id], skip_special_tokens)``.
-
-    Uses the Rust ``tokenizers`` decoder from tokenizer.json, as DJL does; specials decode to "".
-    """
-    backend = _backend(tokenizer)
-    size = backend.get_vocab_size(with_added_tokens=True)
-    return backend.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
-
-
 def count_tokens(tokenizer, texts: Sequence[str]) -> list[int]:
     """Untruncated token counts with special tokens (to apply the 512-token policy)."""
     enc = tokenizer(list(texts), add_special_tokens=True, truncation=False,
@@ -103,18 +90,6 @@ def cpu_has_native_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
-
-
-def _backend(tokenizer):
-    return getattr(tokenizer, "backend_tokenizer", None) or tokenizer._tokenizer
-
-
-def special_token_ids(tokenizer) -> list[int]:
-    """Ids the exported model zeroes: the HF special tokens plus tokenizer.json's special added
-    tokens (the same set as ``opensearch.artifacts`` uses)."""
-    ids = {int(i) for i in tokenizer.all_special_ids}
-    ids |= {int(i) for i, tok in _backend(tokenizer).get_added_tokens_decoder().items() if tok.special}
-    return sorted(ids)
 
 
 class _Head(NamedTuple):
@@ -189,7 +164,7 @@ class SparseDocumentEncoder:
         device: str | None = None,
         precision: Precision = "auto",
         batch_size: int = 32,
-        max_length: int = 512,
+        max_length: int = MAX_LENGTH,
         vocab_chunk: int | None = None,
         row_block: int | None = None,
         zero_special_tokens: bool = True,
@@ -203,8 +178,8 @@ class SparseDocumentEncoder:
             raise ValueError(f"precision {precision!r} is not one of {', '.join(get_args(Precision))}")
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        if not 2 < max_length <= 512:
-            raise ValueError("max_length must be in (2, 512]: OpenSearch truncates at 512 tokens")
+        if not 2 < max_length <= MAX_LENGTH:
+            raise ValueError(f"max_length must be in (2, {MAX_LENGTH}]: OpenSearch truncates at {MAX_LENGTH} tokens")
         self.device = torch.device(device or _default_device())
         if num_threads and self.device.type == "cpu":
             torch.set_num_threads(int(num_threads))
@@ -258,7 +233,7 @@ class SparseDocumentEncoder:
     def keys(self) -> list[str]:
         """WORD keys per id (single-id decode), computed once."""
         if not hasattr(self, "_keys"):
-            self._keys = token_keys(self.tokenizer)
+            self._keys = decode_keys(self.tokenizer)
         return self._keys
 
     # ------------------------------------------------------------------ tokenization
@@ -371,7 +346,7 @@ class SparseDocumentEncoder:
         for row in arr:
             ids = np.flatnonzero(row)
             w = row[ids]
-            good = np.isfinite(w) & (w >= MIN_NORMAL_FLOAT32)
+            good = np.isfinite(w) & (w >= FLOAT_MIN_NORMAL)
             if not good.all():
                 self.stats.nonfinite_dropped += int((~np.isfinite(w)).sum())
                 ids, w = ids[good], w[good]

@@ -18,13 +18,11 @@ Exactly-once, after ``kill -9`` and ``--resume``:
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import queue
 import resource
-import shutil
 import sqlite3
 import threading
 import time
@@ -34,10 +32,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..config import ArtifactConfig, read_json, write_json
-from .documents import DocumentBuilder, KeyFormat, LongTextPolicy, doc_id_for, nested_mapping, flat_mapping, split_passages
-from .pruning import parse_prune
-from .readers import BadRecord, CorpusRecord, count_records, read_corpus
+from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
 from ..errors import LsrError
+from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, flat_mapping, split_passages
+from ..pruning import parse_prune
+from .readers import BadRecord, CorpusRecord, count_records, read_corpus
 
 __all__ = ["Backend", "IndexJobConfig", "IndexJobError", "run_index_job", "default_work_dir"]
 
@@ -74,14 +73,14 @@ class IndexJobConfig(ArtifactConfig):
     key_format: KeyFormat = "word"
     prune: str = "none"
     long_text: LongTextPolicy = "truncate"
-    max_length: int = 512
+    max_length: int = MAX_LENGTH
     batch_size: int = 32
     chunk_docs: int = 256
     queue_size: int = 4
     device: str | None = None
     precision: str = "auto"
-    text_field: str = "text"
-    sparse_field: str = "sparse_embedding"
+    text_field: str = DEFAULT_TEXT_FIELD
+    sparse_field: str = DEFAULT_VECTOR_FIELD
     ndjson_docs_per_file: int = 10_000
     limit: int | None = None
     threads: int | None = None
@@ -91,8 +90,7 @@ class IndexJobConfig(ArtifactConfig):
             raise ValueError(f"backend {self.backend!r} is not one of {', '.join(get_args(Backend))}")
         if self.long_text not in get_args(LongTextPolicy):
             raise ValueError(f"long_text {self.long_text!r} is not one of {', '.join(get_args(LongTextPolicy))}")
-        if self.key_format not in get_args(KeyFormat):
-            raise ValueError(f"key_format {self.key_format!r} is not one of {', '.join(get_args(KeyFormat))}")
+        check_key_format(self.key_format)
         if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1:
             raise ValueError("chunk_docs, queue_size and batch_size must be >= 1")
         parse_prune(self.prune)  # validates
@@ -181,7 +179,10 @@ def _make_writer(config: IndexJobConfig, client_factory=None):
         raise IndexJobError("the opensearch backend needs a client (--url)")
     from ..opensearch.bulk import OpenSearchBulkWriter
 
-    return OpenSearchWriter(OpenSearchBulkWriter(client_factory(), config.index))
+    bulk = OpenSearchBulkWriter(client_factory(), config.index)
+    # the index must exist with the field mapped for these documents (H-os, issue 13 item 6)
+    bulk.check_target(config.sparse_field, key_format=config.key_format, long_text=config.long_text)
+    return OpenSearchWriter(bulk)
 
 
 def _peak_rss_mb() -> float:

@@ -18,7 +18,8 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from .encoder import EncoderStats, SparseVector, count_tokens, token_keys
+from ..contract import MAX_LENGTH, decode_keys
+from .encoder import EncoderStats, SparseVector, count_tokens
 
 __all__ = ["resolve_devices", "DevicePool"]
 
@@ -72,7 +73,7 @@ class DevicePool:
     """
 
     def __init__(self, model: str | os.PathLike, devices: Sequence[str], *, precision: str = "auto",
-                 batch_size: int = 32, max_length: int = 512, num_threads: int | None = None) -> None:
+                 batch_size: int = 32, max_length: int = MAX_LENGTH, num_threads: int | None = None) -> None:
         from transformers import AutoConfig
 
         from ..transfer.surgery import load_target_tokenizer, resolve_model_path
@@ -103,7 +104,7 @@ class DevicePool:
     def keys(self) -> list[str]:
         """WORD keys per id (single-id decode), computed once in the parent."""
         if not hasattr(self, "_keys"):
-            self._keys = token_keys(self.tokenizer)
+            self._keys = decode_keys(self.tokenizer)
         return self._keys
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:

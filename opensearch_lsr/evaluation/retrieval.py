@@ -13,15 +13,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ..contract import special_token_ids
 from .datasets import BeirDataset
 from .metrics import evaluate_run
 
-__all__ = ["encode_to_csr", "special_token_ids", "top_k_run", "evaluate_encoder", "sparsity_stats"]
-
-
-def special_token_ids(tokenizer) -> list[int]:
-    """Ids of the tokenizer's special tokens ([CLS], [SEP], [PAD], [MASK], <s>, ...)."""
-    return sorted(set(int(i) for i in tokenizer.all_special_ids))
+__all__ = ["encode_to_csr", "top_k_run", "evaluate_encoder", "sparsity_stats"]
 
 
 def _to_csr(emb: torch.Tensor) -> sp.csr_matrix:

@@ -13,23 +13,23 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
+from ..contract import KeyFormat, check_key_format, key_table, vector_to_keys
+
 __all__ = ["SparseKeyedEncoder", "sparse_encoder_query_fn", "csr_rows_to_dicts"]
 
 logger = logging.getLogger(__name__)
 
 
 def csr_rows_to_dicts(mat: sp.csr_matrix, keys: Sequence[str]) -> list[dict[str, float]]:
-    """CSR rows -> ``{key: weight}`` dicts, dropping empty keys and non-positive weights."""
+    """CSR rows -> ``{key: weight}`` dicts by ML Commons' key rule (:func:`~opensearch_lsr.contract.vector_to_keys`:
+    empty keys dropped, the later id wins on a shared key), after dropping non-positive weights."""
     mat = mat.tocsr()
     out = []
     for i in range(mat.shape[0]):
         start, end = mat.indptr[i], mat.indptr[i + 1]
-        row: dict[str, float] = {}
-        for j, w in zip(mat.indices[start:end], mat.data[start:end]):
-            key = keys[j]
-            if key and w > 0:
-                row[key] = max(float(w), row.get(key, 0.0))
-        out.append(row)
+        ids, weights = mat.indices[start:end], mat.data[start:end]
+        positive = weights > 0
+        out.append(vector_to_keys(ids[positive].tolist(), weights[positive].tolist(), keys))
     return out
 
 
@@ -41,9 +41,8 @@ class SparseKeyedEncoder:
         key_format: ``"word"`` (decoded token) or ``"token_id"``.
     """
 
-    def __init__(self, model, key_format: Literal["word", "token_id"] = "word"):
-        if key_format not in ("word", "token_id"):
-            raise ValueError(f"key_format must be one of ['word', 'token_id'], got {key_format!r}")
+    def __init__(self, model, key_format: KeyFormat = "word"):
+        check_key_format(key_format)
         self.path: str | None = None
         if isinstance(model, (str, os.PathLike)):
             from ..transfer.surgery import load_sparse_encoder
@@ -52,12 +51,8 @@ class SparseKeyedEncoder:
             model = load_sparse_encoder(self.path)
         self.model = model
         self._doc_encoder = None
-        from ..opensearch.query import decode_keys
-
-        words = decode_keys(model.tokenizer)
-        dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else len(words)
-        words = (words + [""] * dim)[:dim]
-        self.keys = words if key_format == "word" else [str(i) if w else "" for i, w in enumerate(words)]
+        dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else None
+        self.keys = key_table(model.tokenizer, key_format, dim)
 
     def to_csr(self, texts: Sequence[str], kind: Literal["query", "document"], batch_size: int = 32,
                show_progress_bar: bool = False) -> sp.csr_matrix:

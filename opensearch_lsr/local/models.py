@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from ..config import read_json
+from ..contract import djl_tokenizer, rust_tokenizer
 from .query_evaluator import QueryEncoder
 
 __all__ = ["load_query_encoder", "load_analyzer"]
@@ -36,9 +37,7 @@ def load_query_encoder(path: str) -> QueryEncoder:
 
                 tok = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
                 idf = json.loads(zf.read("idf.json")) if "idf.json" in names else None
-                from ..opensearch.query import backend_tokenizer
-
-                tok = backend_tokenizer(tok)
+                tok = djl_tokenizer(tok)
                 return lambda text: tokenize_query(text, tok, idf)
         from ..opensearch.conformance import MLCommonsRuntime
 
@@ -51,8 +50,6 @@ def load_query_encoder(path: str) -> QueryEncoder:
 
 def load_analyzer(path: str) -> QueryEncoder:
     """``text -> {token: idf or 1.0}`` as neural-search analyzers do (HFModelTokenizer, no specials, no truncation)."""
-    from ..opensearch.query import backend_tokenizer
-
     p = Path(path)
     idf = None
     if p.suffix == ".zip":
@@ -65,10 +62,10 @@ def load_analyzer(path: str) -> QueryEncoder:
             if "idf.json" in zf.namelist():
                 idf = json.loads(zf.read("idf.json"))
     else:
-        tok = backend_tokenizer(p)
+        tok = rust_tokenizer(p)
         if (p / "idf.json").exists():
             idf = read_json(p / "idf.json")
-    tok = backend_tokenizer(tok)
+    tok = djl_tokenizer(tok)
     tok.no_truncation()  # analyzers cover long text with overflow segments instead of truncating
 
     def analyze(text: str) -> dict[str, float]:

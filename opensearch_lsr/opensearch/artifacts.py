@@ -49,7 +49,9 @@ from typing import Any, Dict, Literal
 
 
 from ..config import ArtifactConfig, sha256_file, write_json
+from ..contract import MAX_LENGTH, decode_keys, special_token_ids
 from ..errors import LsrError
+from ..pruning import parse_prune as parse_prune_spec
 
 __all__ = [
     "ExportConfig",
@@ -65,7 +67,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-KeyFormat = Literal["auto", "word", "token_id"]
+#: ``auto`` picks ``token_id`` only when the tokenizer's WORD keys collide.
+ExportKeyFormat = Literal["auto", "word", "token_id"]
 KEY_FORMATS: tuple[str, ...] = ("auto", "word", "token_id")
 #: ``kMaxSupportedFileFormatVersion`` of torch 1.13 (caffe2/serialize/versions.h): 0xA.
 TORCH_113_MAX_FILE_FORMAT = 10
@@ -123,23 +126,17 @@ class ExportConfig(ArtifactConfig):
 
 
 def parse_prune(prune: str | None) -> float | None:
-    """``"max_ratio:0.1"`` -> ``0.1``; ``None``/``"none"`` -> ``None``.
+    """The in-graph ``max_ratio`` of a prune spec: ``"max_ratio:0.1"`` -> ``0.1``; none -> ``None``.
 
-    Only ``max_ratio`` can live in the graph (it needs no sorting); neural-search accepts
-    ``0 <= ratio < 1`` for it (``PruneUtils``).
+    Only ``max_ratio`` can live in the graph (it needs no sorting); the spec is parsed and checked
+    by :func:`opensearch_lsr.pruning.parse_prune` (neural-search ``PruneUtils`` rules).
     """
-    if prune is None or str(prune).strip().lower() in {"", "none"}:
+    config = parse_prune_spec(None if prune is None else str(prune).strip().lower())
+    if config.prune_type == "none":
         return None
-    kind, sep, value = str(prune).partition(":")
-    if kind.strip() != "max_ratio" or not sep:
+    if config.prune_type != "max_ratio":
         raise ValueError(f"prune must look like 'max_ratio:0.1' (only max_ratio is supported in the graph), got {prune!r}")
-    try:
-        ratio = float(value)
-    except ValueError as err:
-        raise ValueError(f"prune ratio {value!r} is not a number") from err
-    if not 0.0 <= ratio < 1.0:
-        raise ValueError(f"max_ratio prune ratio must be in [0, 1), got {ratio}")
-    return ratio or None
+    return config.prune_ratio or None
 
 
 # --------------------------------------------------------------------------- tokenizer side
@@ -171,9 +168,8 @@ def detect_key_collisions(tokenizer) -> dict[str, Any]:
     spec = json.loads(backend.to_str())
     decoders = _decoder_types(spec.get("decoder"))
     risky = sorted({d for d in decoders if d in COLLIDING_DECODERS})
-    size = backend.get_vocab_size(with_added_tokens=True)
-    special = _special_ids_from_backend(backend)
-    decoded = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
+    special = set(special_token_ids(backend))
+    decoded = decode_keys(backend)
     seen: dict[str, int] = {}
     duplicates: list[tuple[int, int, str]] = []
     empty: list[int] = []
@@ -198,13 +194,9 @@ def detect_key_collisions(tokenizer) -> dict[str, Any]:
     }
 
 
-def _special_ids_from_backend(backend) -> set[int]:
-    return {int(i) for i, tok in backend.get_added_tokens_decoder().items() if tok.special}
-
-
 def _max_length(hf_tokenizer, model_config, max_seq_length: int | None) -> int:
     """``min(tokenizer.model_max_length, usable position embeddings, encoder max_seq_length, 512)``."""
-    limits = [512]
+    limits = [MAX_LENGTH]
     mml = getattr(hf_tokenizer, "model_max_length", None)
     if isinstance(mml, int) and 0 < mml < 1_000_000:
         limits.append(mml)
@@ -366,7 +358,7 @@ def export_bundle(
     out_dir: str | os.PathLike,
     idf_corpus: str | None = None,
     prune: str | None = None,
-    key_format: KeyFormat = "auto",
+    key_format: ExportKeyFormat = "auto",
     verify: bool = True,
     *,
     name: str | None = None,
@@ -439,7 +431,7 @@ def export_bundle(
     else:
         resolved_format = "word" if key_format == "auto" else key_format
 
-    special_ids = sorted(_special_ids_from_backend(backend) | {int(i) for i in hf_tok.all_special_ids})
+    special_ids = special_token_ids(hf_tok)
     max_length = _max_length(hf_tok, mlm.config, getattr(transformer, "max_seq_length", None))
     pad_id = hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0
     pad_token = hf_tok.pad_token or backend.id_to_token(pad_id) or "[PAD]"

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
+from ..contract import decode_keys, djl_tokenizer, vector_to_keys
 from ..errors import LsrError
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "MLCommonsRuntime",
     "FUNCTION_NAMES",
     "EMBEDDING_FORMATS",
-    "DJL_MAX_LENGTH",
     "FORBIDDEN_SUFFIXES",
     "check_zip_layout",
     "vector_to_map",
@@ -52,8 +52,6 @@ FunctionName = Literal["SPARSE_ENCODING", "SPARSE_TOKENIZE"]
 EmbeddingFormat = Literal["word", "token_id"]
 FUNCTION_NAMES: tuple[str, ...] = ("SPARSE_ENCODING", "SPARSE_TOKENIZE")
 EMBEDDING_FORMATS: tuple[str, ...] = ("word", "token_id")
-#: DJL >= 0.28 (ML Commons 2.15+) caps truncation at 512 whatever tokenizer.json says.
-DJL_MAX_LENGTH = 512
 #: Entries ML Commons 3.8+ refuses inside a model archive (``verifyModelDirSafety``).
 FORBIDDEN_SUFFIXES: tuple[str, ...] = (".jar", ".class", ".so", ".dylib", ".dll")
 MODEL_SUFFIXES: tuple[str, ...] = (".pt", ".onnx")
@@ -117,12 +115,6 @@ def check_zip_layout(zip_path: str | os.PathLike, function_name: str = "SPARSE_E
     return problems
 
 
-def _decode_table(tokenizer) -> list[str]:
-    """Single-id decode for every id, exactly as ML Commons derives keys (specials -> "")."""
-    size = tokenizer.get_vocab_size(with_added_tokens=True)
-    return list(tokenizer.decode_batch([[i] for i in range(size)], skip_special_tokens=True))
-
-
 def vector_to_map(
     vector: np.ndarray, decode_table: Sequence[str], embedding_format: str = "word"
 ) -> dict[str, float]:
@@ -133,17 +125,8 @@ def vector_to_map(
     """
     fmt = _normalise_format(embedding_format)
     vector = np.asarray(vector).reshape(-1)
-    out: dict[str, float] = {}
-    for idx in np.flatnonzero(vector):
-        idx = int(idx)
-        if fmt == "token_id":
-            out[str(idx)] = float(vector[idx])
-            continue
-        token = decode_table[idx]
-        if token == "":
-            continue
-        out[token] = float(vector[idx])
-    return out
+    nonzero = np.flatnonzero(vector)
+    return vector_to_keys(nonzero.tolist(), vector[nonzero].tolist(), decode_table if fmt == "word" else None)
 
 
 @dataclass
@@ -200,12 +183,10 @@ class MLCommonsRuntime:
             tokenizer = Tokenizer.from_file(str(path))
         except Exception as err:  # noqa: BLE001 - DJL would fail to build its HuggingFaceTokenizer too
             raise ConformanceError(f"tokenizer.json cannot be loaded by HF tokenizers: {err}") from err
-        trunc = json.loads(path.read_text(encoding="utf-8")).get("truncation") or {}
-        # DJL >= 0.28: LONGEST_FIRST, max_length from tokenizer.json (else 512), capped at 512.
-        max_length = min(int(trunc.get("max_length") or DJL_MAX_LENGTH), DJL_MAX_LENGTH)
-        tokenizer.enable_truncation(max_length=max_length, strategy="longest_first", direction="right", stride=0)
-        tokenizer.no_padding()  # padding is on in DJL, but a single sequence is never padded
-        return tokenizer, max_length
+        # DJL >= 0.28: LONGEST_FIRST, max_length from tokenizer.json (else 512), capped at 512; padding is
+        # on in DJL, but a single sequence is never padded
+        tokenizer = djl_tokenizer(tokenizer)
+        return tokenizer, int(tokenizer.truncation["max_length"])
 
     @staticmethod
     def _load_torchscript(path: Path):
@@ -239,7 +220,7 @@ class MLCommonsRuntime:
     @property
     def decode_table(self) -> list[str]:
         if self._decode is None:
-            self._decode = _decode_table(self.tokenizer)
+            self._decode = decode_keys(self.tokenizer)
         return self._decode
 
     def encode_ids(self, text: str) -> list[int]:

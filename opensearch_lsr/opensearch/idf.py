@@ -30,6 +30,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from ..contract import decode_keys, rust_tokenizer, special_token_ids
+
 __all__ = ["compute_idf", "transfer_idf", "load_idf", "iter_corpus_texts", "bm25_idf"]
 
 logger = logging.getLogger(__name__)
@@ -39,30 +41,6 @@ def bm25_idf(df: np.ndarray, n_docs: int) -> np.ndarray:
     """``ln(1 + (N - df + 0.5) / (df + 0.5))`` elementwise (see the module docstring)."""
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((n_docs - df + 0.5) / (df + 0.5))
-
-
-def _backend(tokenizer):
-    """A ``tokenizers.Tokenizer`` from a HF fast tokenizer, a Tokenizer, or a tokenizer.json path."""
-    from tokenizers import Tokenizer
-
-    if isinstance(tokenizer, (str, os.PathLike)):
-        path = Path(tokenizer)
-        if path.is_dir():
-            path = path / "tokenizer.json"
-        if not path.is_file():
-            raise ValueError(f"no tokenizer.json at {str(tokenizer)!r}")
-        return Tokenizer.from_file(str(path))
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    if not hasattr(backend, "encode_batch") or not hasattr(backend, "decode_batch"):
-        raise TypeError(f"expected a fast tokenizer or tokenizers.Tokenizer, got {type(tokenizer).__name__}")
-    return backend
-
-
-def _keys_and_specials(backend) -> tuple[list[str], set[int]]:
-    size = backend.get_vocab_size(with_added_tokens=True)
-    keys = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
-    specials = {int(i) for i, tok in backend.get_added_tokens_decoder().items() if tok.special}
-    return keys, specials
 
 
 def iter_corpus_texts(path: str | os.PathLike) -> Iterator[str]:
@@ -116,8 +94,8 @@ def compute_idf(texts: Iterable[str], tokenizer, batch_size: int = 1000) -> dict
     Raises:
         ValueError: the corpus is empty.
     """
-    backend = _backend(tokenizer)
-    keys, specials = _keys_and_specials(backend)
+    backend = rust_tokenizer(tokenizer)
+    keys, specials = decode_keys(backend), set(special_token_ids(backend))
     size = len(keys)
     # key -> index of its pooled df counter (colliding decodes share one)
     key_index: dict[str, int] = {}
@@ -187,9 +165,9 @@ def transfer_idf(
     """
     import scipy.sparse as sp
 
-    src, tgt = _backend(source_tokenizer), _backend(target_tokenizer)
-    src_keys, src_specials = _keys_and_specials(src)
-    tgt_keys, tgt_specials = _keys_and_specials(tgt)
+    src, tgt = rust_tokenizer(source_tokenizer), rust_tokenizer(target_tokenizer)
+    src_keys, src_specials = decode_keys(src), set(special_token_ids(src))
+    tgt_keys, tgt_specials = decode_keys(tgt), set(special_token_ids(tgt))
     A = sp.csr_matrix(alignment, dtype=np.float64)
     if A.shape != (len(tgt_keys), len(src_keys)):
         raise ValueError(f"alignment has shape {A.shape}, expected [V_t, V_s] = [{len(tgt_keys)}, {len(src_keys)}]")

@@ -6,7 +6,7 @@ import torch
 
 from opensearch_lsr.encoding.documents import DocumentBuilder, split_passages
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-from opensearch_lsr.encoding.pruning import PruneConfig
+from opensearch_lsr.pruning import PruneConfig
 
 TEXTS = ["the cat is in the house", "seoul is the capital of korea", "a dog", "paris",
          "the river water of the city of paris france is a road", "books school cats dogs"]

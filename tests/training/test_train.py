@@ -126,7 +126,7 @@ def test_inference_free_query_lr_learns_the_idf_side(tiny_encoder_dir, tiny_beir
     # idf.json (what the export ships as the query side) holds the learned weights, every token kept:
     # OpenSearch would read a dropped key as 1.0
     saved = json.loads((out / "idf.json").read_text())
-    from opensearch_lsr.opensearch.query import decode_keys
+    from opensearch_lsr.contract import decode_keys
 
     assert set(saved) == {k for k in decode_keys(tok) if k} and 0 < min(saved.values()) <= max(saved.values()) <= 64
     for token in ("cat", "car", "house"):

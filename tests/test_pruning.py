@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opensearch_lsr.encoding.pruning import PruneConfig, parse_prune, prune_arrays, prune_map
+from opensearch_lsr.pruning import PruneConfig, parse_prune, prune_arrays, prune_map
 
 VEC = {"a": 4.0, "b": 1.0, "c": 2.0, "d": 0.5, "e": 2.0}
 
