@@ -143,7 +143,7 @@ def validate_prune(prune_type: str | None, prune_ratio: float | None) -> tuple[s
 
     Returns ``(prune_type, prune_ratio)`` with ``"none"`` for no pruning.
     """
-    from ..encoding.pruning import PruneConfig
+    from ..pruning import PruneConfig
 
     try:
         config = PruneConfig(prune_type or "none", prune_ratio)  # type: ignore[arg-type]

@@ -18,11 +18,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..contract import MAX_QUERY_WEIGHT, KeyFormat, decode_key, djl_tokenizer
+
 __all__ = [
-    "DJL_MAX_LENGTH",
-    "MAX_QUERY_WEIGHT",
-    "backend_tokenizer",
-    "decode_keys",
     "tokenize_query",
     "tokenize_query_ids",
     "neural_sparse_query",
@@ -32,59 +30,6 @@ __all__ = [
     "query_tokens_for",
     "explain_contributions",
 ]
-
-#: DJL truncates model inputs at 512 tokens (padding is on, DJL >= 0.28; contract §2.1/§2.2).
-DJL_MAX_LENGTH = 512
-#: Lucene ``FeatureField.newLinearQuery`` accepts weights in (0, 64] (contract §4.2, §6.3).
-MAX_QUERY_WEIGHT = 64.0
-
-KeyFormat = Literal["word", "token_id"]
-
-
-def backend_tokenizer(tokenizer: Any):
-    """The Rust ``tokenizers.Tokenizer`` behind ``tokenizer`` (a fast HF tokenizer, a
-    ``tokenizers.Tokenizer``, or a path to a dir/``tokenizer.json``), with DJL's 512 truncation.
-
-    DJL (what ML Commons uses) runs the same Rust library from ``tokenizer.json``; going through it
-    here, not through the Python wrapper, keeps the encode/decode paths identical.
-    """
-    from tokenizers import Tokenizer
-
-    if isinstance(tokenizer, (str, os.PathLike)):
-        path = os.fspath(tokenizer)
-        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "tokenizer.json")):
-            # vocab.txt + tokenizer_config.json only (like kobigbird): convert to fast, as export does
-            from transformers import AutoTokenizer
-
-            hf = AutoTokenizer.from_pretrained(path, use_fast=True)
-            if not hasattr(hf, "backend_tokenizer"):
-                raise ValueError(f"{tokenizer!s} holds no tokenizer convertible to tokenizer.json")
-            tok = Tokenizer.from_str(hf.backend_tokenizer.to_str())
-        else:
-            if os.path.isdir(path):
-                path = os.path.join(path, "tokenizer.json")
-            if not os.path.exists(path):
-                raise ValueError(f"no tokenizer.json at {tokenizer!s}")
-            tok = Tokenizer.from_file(path)
-    elif isinstance(tokenizer, Tokenizer):
-        tok = Tokenizer.from_str(tokenizer.to_str())
-    elif hasattr(tokenizer, "backend_tokenizer"):
-        tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    else:
-        raise ValueError(f"expected a fast tokenizer, tokenizers.Tokenizer or path, got {type(tokenizer).__name__}")
-    # DJL >= 0.28: truncation max_length from tokenizer.json when set, else 512, capped at 512
-    trunc = tok.truncation
-    max_length = min(int(trunc["max_length"]), DJL_MAX_LENGTH) if trunc and trunc.get("max_length") else DJL_MAX_LENGTH
-    tok.no_padding()
-    tok.enable_truncation(max_length, strategy="longest_first", direction="right", stride=0)
-    return tok
-
-
-def decode_keys(tokenizer: Any) -> list[str]:
-    """Per id, the ML Commons WORD key: ``decode([id], skip_special_tokens=True)`` ("" = dropped)."""
-    tok = tokenizer if _is_rust(tokenizer) else backend_tokenizer(tokenizer)
-    return [tok.decode([i], skip_special_tokens=True) for i in range(tok.get_vocab_size(with_added_tokens=True))]
-
 
 def _is_rust(obj: Any) -> bool:
     from tokenizers import Tokenizer
@@ -106,13 +51,13 @@ def _rust(tokenizer: Any):
         except TypeError:  # not weak-referenceable
             cached = None
         if cached is None:
-            cached = backend_tokenizer(tokenizer)
+            cached = djl_tokenizer(tokenizer)
             try:
                 _BACKENDS[tokenizer] = cached
             except TypeError:
                 pass
         return cached
-    return backend_tokenizer(tokenizer)
+    return djl_tokenizer(tokenizer)
 
 
 def tokenize_query_ids(text: str, tokenizer: Any) -> list[int]:
@@ -143,7 +88,7 @@ def tokenize_query(
     tok = _rust(tokenizer)
     out: dict[str, float] = {}
     for tid in tokenize_query_ids(text, tok):
-        token = tok.decode([tid], skip_special_tokens=True)
+        token = decode_key(tok, tid)
         if token == "":
             continue
         # Java: idf.getOrDefault(token, 1.0f) on a Gson Map<String, Float>: float32 values
@@ -280,7 +225,7 @@ def query_tokens_for(text: str, model: str | os.PathLike, idf: Mapping[str, floa
         with zipfile.ZipFile(zpath) as zf:
             tok = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
             zidf = json.loads(zf.read("idf.json")) if "idf.json" in zf.namelist() else None
-        return tokenize_query(text, backend_tokenizer(tok), idf if idf is not None else zidf, key_format)
+        return tokenize_query(text, djl_tokenizer(tok), idf if idf is not None else zidf, key_format)
     from ..inference_free import is_inference_free
 
     if idf is None and is_inference_free(path) and (path / "idf.json").exists():
