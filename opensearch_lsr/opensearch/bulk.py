@@ -5,11 +5,22 @@ rejected with 429 and exponential backoff). What it adds, because the helper doe
 
 * items that fail with a 5xx status (shard failures, node restarts) are retried with the same
   backoff (the helper only retries 429);
-* a whole request that fails (connection error, 429/5xx on ``_bulk`` itself after the transport's
+* a whole request that fails (connection error, 5xx on ``_bulk`` itself after the transport's
   own retries) is retried with backoff up to ``max_retries`` and then raised as
   :class:`BulkWriteError`, so the job stops with a checkpoint and can be resumed;
+* 429 is retried by the helper alone (items and whole requests): what is still rejected after its
+  ``max_retries`` stops the job (:class:`BulkWriteError`) instead of entering a second, nested retry
+  loop (the two loops multiplied could hold one document for over an hour); every ``write`` also
+  has a wall-clock budget ``max_elapsed_s`` checked between attempts;
 * every action gets an outcome ``(doc_id, ok, status, error)``; errors that retrying cannot fix
-  (4xx: mapping errors, bad values) go back to the caller for the dead-letter file.
+  (4xx: mapping errors, bad values) go back to the caller for the dead-letter file;
+* vectors are computed by the client, so ``_bulk`` goes with ``pipeline=_none``: an index's
+  ``default_pipeline`` (a ``sparse_encoding`` processor) would otherwise re-encode the text and
+  overwrite them (OpenSearch ``IngestService``: ``_none`` is the no-op pipeline and a request
+  pipeline replaces ``index.default_pipeline``);
+* :meth:`OpenSearchBulkWriter.check_target` refuses, before anything is sent, an index that does
+  not exist (it would be auto-created with dynamic mappings: one float sub-field per token) or
+  whose target field is not mapped for the documents' shape.
 """
 from __future__ import annotations
 
@@ -17,17 +28,22 @@ import logging
 import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from ..engines.base import BulkOutcome
 from ..errors import LsrError
 
-__all__ = ["BulkOutcome", "BulkWriteError", "OpenSearchBulkWriter", "is_retryable_status"]
+__all__ = ["BulkOutcome", "BulkWriteError", "BulkTargetError", "OpenSearchBulkWriter", "is_retryable_status"]
 
 logger = logging.getLogger(__name__)
 
 
 class BulkWriteError(LsrError, RuntimeError):
     """The cluster kept refusing whole requests (unreachable, overloaded) after all retries."""
+
+
+class BulkTargetError(LsrError, ValueError):
+    """The target index is missing or its field is not mapped for these documents (one sentence)."""
 
 
 def is_retryable_status(status: int | str | None) -> bool:
@@ -50,11 +66,15 @@ class OpenSearchBulkWriter:
         initial_backoff / max_backoff: seconds; the wait doubles per attempt (with jitter).
         refresh: ``refresh`` parameter of ``_bulk`` (``False`` for throughput; the job refreshes
             once at the end).
+        pipeline: ``pipeline`` parameter of ``_bulk``; ``"_none"`` (default) skips the index's default
+            ingest pipeline, ``None`` lets it run (text-only documents encoded by the cluster).
+        max_elapsed_s: wall-clock budget of one :meth:`write`, checked between retry rounds.
     """
 
     def __init__(self, client, index: str, *, chunk_size: int = 500, max_chunk_bytes: int = 10 * 1024 * 1024,
                  max_retries: int = 8, initial_backoff: float = 1.0, max_backoff: float = 60.0,
-                 refresh: bool | str = False, sleep=time.sleep) -> None:
+                 refresh: bool | str = False, sleep=time.sleep, pipeline: str | None = "_none",
+                 max_elapsed_s: float = 600.0) -> None:
         if not index or index.startswith(("_", "-", "+")) or index != index.lower():
             raise ValueError(f"invalid index name {index!r}: lowercase, not starting with _, - or +")
         if chunk_size < 1 or max_retries < 0:
@@ -67,6 +87,8 @@ class OpenSearchBulkWriter:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.refresh = refresh
+        self.pipeline = pipeline
+        self.max_elapsed_s = float(max_elapsed_s)
         self._sleep = sleep
         self.retried_items = 0
         self.retried_requests = 0
@@ -94,15 +116,20 @@ class OpenSearchBulkWriter:
         pending = [self._action(a) for a in actions]
         outcomes: dict[str, BulkOutcome] = {}
         last_status: dict[str, tuple[int, object]] = {}
+        params: dict[str, Any] = {"refresh": self.refresh}
+        if self.pipeline is not None:
+            params["pipeline"] = self.pipeline
+        deadline = time.monotonic() + self.max_elapsed_s
         attempt = 0
         while pending:
             retry: list[dict] = []
+            throttled: list[str] = []
             try:
                 results = streaming_bulk(
                     self.client, pending, chunk_size=self.chunk_size, max_chunk_bytes=self.max_chunk_bytes,
                     raise_on_error=False, raise_on_exception=False, max_retries=self.max_retries,
                     initial_backoff=self.initial_backoff, max_backoff=self.max_backoff, yield_ok=True,
-                    refresh=self.refresh,
+                    **params,
                 )
                 by_id = {str(a["_id"]): a for a in pending}
                 seen = 0
@@ -119,6 +146,8 @@ class OpenSearchBulkWriter:
                         # with the exception): not a document problem, so never a dead letter.
                         request_error = info["exception"]
                         retry.append(by_id[did])
+                    elif _int_status(status) == 429:
+                        throttled.append(did)  # streaming_bulk already retried it max_retries times
                     elif is_retryable_status(status) and attempt < self.max_retries and did in by_id:
                         last_status[did] = (_int_status(status), info.get("error") or info)
                         retry.append(by_id[did])
@@ -128,13 +157,21 @@ class OpenSearchBulkWriter:
                     raise request_error
                 if seen < len(pending):  # pragma: no cover - defensive: the helper yields one per action
                     raise BulkWriteError(f"bulk response covered {seen} of {len(pending)} actions")
+                if throttled:
+                    raise BulkWriteError(
+                        f"the cluster still rejects {len(throttled)} document(s) with HTTP 429 after "
+                        f"{self.max_retries} retries (e.g. {throttled[0]}): it is overloaded; resume the job later")
             except (TransportError, OSConnectionError) as err:
                 status = getattr(err, "status_code", None)
-                if not is_retryable_status(status) or attempt >= self.max_retries:
+                if (not is_retryable_status(status) or attempt >= self.max_retries or _int_status(status) == 429
+                        or time.monotonic() >= deadline):
                     raise BulkWriteError(f"bulk request to index {self.index!r} failed: {err}") from err
                 self.retried_requests += 1
                 logger.warning("bulk request failed (%s); retrying in backoff", err)
                 retry = [a for a in pending if str(a["_id"]) not in outcomes]
+            if retry and time.monotonic() >= deadline:
+                raise BulkWriteError(f"bulk write to index {self.index!r} still failing for {len(retry)} document(s) "
+                                     f"after {self.max_elapsed_s:.0f}s of retries; resume the job later")
             if retry:
                 if attempt >= self.max_retries:
                     for a in retry:
@@ -148,6 +185,44 @@ class OpenSearchBulkWriter:
                 attempt += 1
             pending = retry
         return [outcomes[str(a["_id"])] for a in actions]
+
+    def check_target(self, field: str, *, key_format: str = "word", long_text: str = "truncate") -> None:
+        """Refuse, before loading, an index that cannot take these documents.
+
+        The index must exist, and ``field`` must be mapped as ``rank_features`` (WORD keys) or
+        ``sparse_vector`` (TOKEN_ID keys); for ``long_text="split"`` documents it must be ``nested``
+        with a ``sparse_encoding`` sub-field of that type (``lsr-os create-index --long-text split``).
+
+        Raises:
+            BulkTargetError: with the create-index command that fixes it.
+        """
+        from opensearchpy.exceptions import NotFoundError, TransportError
+
+        want = "sparse_vector" if key_format == "token_id" else "rank_features"
+        fix = (f"lsr-os create-index {self.index}" + (" --kind sparse_vector" if want == "sparse_vector" else "")
+               + (" --long-text split" if long_text == "split" else "") + f" --vector-field {field}")
+        try:
+            res = self.client.indices.get_mapping(index=self.index)
+        except NotFoundError as err:
+            raise BulkTargetError(f"index {self.index} does not exist; create it first ({fix}): a missing index "
+                                  f"would be created with dynamic mappings, one float field per token") from err
+        except TransportError as err:
+            raise BulkTargetError(f"reading the mapping of {self.index} failed (HTTP {err.status_code})") from err
+        entries = [v for v in res.values() if isinstance(v, dict)] if isinstance(res, dict) else []
+        props = (entries[0].get("mappings") or {}).get("properties", {}) if entries else {}
+        prop = props.get(field) or {}
+        if long_text == "split":
+            sub = (prop.get("properties") or {}).get("sparse_encoding") or {}
+            if prop.get("type") != "nested" or sub.get("type") != want:
+                raise BulkTargetError(
+                    f"--long-text split writes {field} as nested passages with a {field}.sparse_encoding {want} "
+                    f"field, but index {self.index} maps {field} as {prop.get('type', 'nothing')}: recreate it "
+                    f"with {fix}, or index with --long-text truncate")
+            return
+        if prop.get("type") != want:
+            raise BulkTargetError(f"index {self.index} maps {field} as {prop.get('type', 'nothing')}, but these "
+                                  f"documents need {want} ({key_format} keys): recreate it with {fix}, or pass the "
+                                  f"field it has")
 
     def refresh_index(self) -> None:
         self.client.indices.refresh(index=self.index)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 import logging
 import os
 import re
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
 from .client import ClusterFeatures
 from ..errors import LsrError
 
@@ -46,6 +48,12 @@ __all__ = [
     "attach_search_pipeline",
     "MAX_SPARSE_VECTOR_VOCAB",
     "PRUNE_TYPES",
+    "VectorField",
+    "vector_field_of",
+    "two_phase_window_error",
+    "check_two_phase",
+    "DEFAULT_VECTOR_FIELD",
+    "DEFAULT_TEXT_FIELD",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,6 +67,11 @@ HYBRID_TECHNIQUES = ("normalization", "rrf", "auto")
 PRUNE_TYPES = ("none", "top_k", "alpha_mass", "max_ratio", "abs_value")
 #: SEISMIC folds token ids into a short: ids >= 32768 break the ANN path in releases <= 3.8 (contract 4.3).
 MAX_SPARSE_VECTOR_VOCAB = 32768
+LongText = Literal["truncate", "split"]
+#: neural-search NeuralSparseTwoPhaseProcessor: DEFAULT_BASE_QUERY_SIZE when the request has no size
+_TWO_PHASE_BASE_SIZE = 10
+#: neural-search RRFNormalizationTechnique.RANK_CONSTANT_RANGE
+_RANK_CONSTANT_RANGE = (1, 10000)
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -182,8 +195,20 @@ def resolve_text_analyzer(requested: str, features: ClusterFeatures) -> str:
 def index_body(kind: IndexKind, features: ClusterFeatures, *, text_analyzer: str = "auto",
                ingest_pipeline: str | None = None, text_field: str = "text",
                vector_field: str = "sparse_embedding", vocab_size: int | None = None,
-               seismic_parameters: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Render ``mappings/<kind>.json`` for this cluster."""
+               seismic_parameters: dict[str, Any] | None = None, long_text: LongText = "truncate") -> dict[str, Any]:
+    """Render ``mappings/<kind>.json`` for this cluster.
+
+    ``long_text="split"`` maps the vector field for ``lsr-os index --long-text split`` documents:
+    ``<vector_field>`` becomes ``nested`` with ``sparse_encoding`` (the sparse type) and ``text``
+    sub-fields, the shape neural-search's ingest processor also writes for list inputs
+    (``<field>.sparse_encoding`` under a nested field, contract 4.1). Only ``rank_features``: whether
+    SEISMIC supports a ``sparse_vector`` inside ``nested`` was not verified, so that pair is refused.
+    """
+    if long_text not in ("truncate", "split"):
+        raise IndexSetupError(f"long_text must be one of truncate, split, got {long_text!r}")
+    if long_text == "split" and kind == "sparse_vector":
+        raise IndexSetupError("--long-text split needs --kind rank_features: a nested sparse_vector (SEISMIC) field "
+                              "is not supported by this toolkit")
     if kind not in INDEX_KINDS:
         raise IndexSetupError(f"index kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
     if text_field == vector_field:
@@ -214,6 +239,11 @@ def index_body(kind: IndexKind, features: ClusterFeatures, *, text_analyzer: str
         if unknown:
             raise IndexSetupError(f"unknown SEISMIC parameters: {', '.join(sorted(unknown))}")
         params.update(seismic_parameters)
+    if long_text == "split":
+        props = body["mappings"]["properties"]
+        text_mapping = {k: v for k, v in props[text_field].items() if k in ("type", "analyzer")}
+        props[vector_field] = {"type": "nested", "properties": {"sparse_encoding": props[vector_field],
+                                                                "text": text_mapping}}
     return body
 
 
@@ -281,10 +311,20 @@ def hybrid_pipeline_body(features: ClusterFeatures, *, technique: HybridTechniqu
         if not features.rrf:
             raise IndexSetupError(f"RRF (score-ranker-processor) needs OpenSearch 2.19+, the cluster runs "
                                   f"{features.version_string}; use --technique normalization")
-        if rank_constant < 1:
-            raise IndexSetupError(f"rank_constant must be >= 1, got {rank_constant}")
+        lo, hi = _RANK_CONSTANT_RANGE
+        if not lo <= rank_constant <= hi:
+            raise IndexSetupError(f"rank_constant must be in [{lo}, {hi}], got {rank_constant}")
         body = load_template("pipelines", "search_hybrid_rrf")
-        body["phase_results_processors"][0]["score-ranker-processor"]["combination"]["rank_constant"] = rank_constant
+        comb = body["phase_results_processors"][0]["score-ranker-processor"]["combination"]
+        comb.pop("rank_constant", None)
+        comb.pop("parameters", None)
+        # neural-search RRFProcessorFactory: up to 3.0.x rank_constant is read from combination.parameters
+        # (a top-level combination.rank_constant is silently ignored); from 3.1.0.0 it is read from
+        # combination itself and combination.parameters only takes "weights" (anything else: HTTP 400).
+        if features.at_least(3, 1):
+            comb["rank_constant"] = int(rank_constant)
+        else:
+            comb["parameters"] = {"rank_constant": int(rank_constant)}
         return body
     if len(weights) != 2 or any(w < 0 for w in weights) or abs(sum(weights) - 1.0) > 1e-4:
         raise IndexSetupError(f"weights must be two non-negative numbers (bm25, neural_sparse) summing to 1, got {weights}")
@@ -355,11 +395,176 @@ def put_search_pipeline(client, pipeline_id: str, body: dict[str, Any]) -> None:
 
 
 def attach_search_pipeline(client, index: str, pipeline_id: str) -> None:
-    """``PUT <index>/_settings {"index.search.default_pipeline": <id>}``."""
+    """``PUT <index>/_settings {"index.search.default_pipeline": <id>}``.
+
+    Refuses a two-phase pipeline on an index with a ``sparse_vector`` field: neural-search's
+    ``NeuralSparseTwoPhaseProcessor.validateSeismicQuery`` (3.3.0.0+) then fails every later
+    ``neural_sparse`` search on that field with "Two phase search processor is not compatible with
+    [seismic] field for now".
+    """
     from opensearchpy.exceptions import TransportError
 
+    pipeline = _get_search_pipeline(client, pipeline_id)
+    if pipeline is not None and _two_phase_params(pipeline) is not None:
+        ann = [f.name for f in _sparse_fields(client, index) if f.kind == "sparse_vector"]
+        if ann:
+            raise IndexSetupError(f"search pipeline {pipeline_id} holds neural_sparse_two_phase_processor, which "
+                                  f"neural-search refuses on sparse_vector (SEISMIC) fields such as {ann[0]}: every "
+                                  f"search on {index} would fail; SEISMIC prunes by itself (method_parameters top_n)")
     try:
         client.indices.put_settings(index=index, body={"index.search.default_pipeline": pipeline_id})
     except TransportError as err:
         raise IndexSetupError(f"attaching search pipeline {pipeline_id} to {index} failed (HTTP {err.status_code}): "
                               f"{_reason(err)}") from err
+
+
+# ----------------------------------------------------------------------------------------------
+# reading an index back: its sparse field, its search pipeline
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VectorField:
+    """A sparse field of an index, as a query must address it.
+
+    Attributes:
+        name: the field to put in ``neural_sparse`` (``<nested>.sparse_encoding`` for split documents).
+        kind: ``rank_features`` or ``sparse_vector``.
+        nested_path: the ``nested`` field the vectors sit under, or ``None``.
+    """
+
+    name: str
+    kind: IndexKind
+    nested_path: str | None = None
+
+    @property
+    def key_format(self) -> Literal["word", "token_id"]:
+        """``token_id`` keys for ``sparse_vector`` (its mapper takes integer ids only), else ``word``."""
+        return "token_id" if self.kind == "sparse_vector" else "word"
+
+
+def _sparse_fields_of(properties: dict[str, Any], prefix: str = "", nested: str | None = None) -> list[VectorField]:
+    out: list[VectorField] = []
+    for name, prop in (properties or {}).items():
+        if not isinstance(prop, dict):
+            continue
+        path = f"{prefix}{name}"
+        ftype = prop.get("type")
+        if ftype in INDEX_KINDS:
+            out.append(VectorField(path, ftype, nested))  # type: ignore[arg-type]
+        elif "properties" in prop:
+            out.extend(_sparse_fields_of(prop["properties"], f"{path}.", path if ftype == "nested" else nested))
+    return out
+
+
+def _sparse_fields(client, index: str) -> list[VectorField]:
+    from opensearchpy.exceptions import NotFoundError, TransportError
+
+    try:
+        res = client.indices.get_mapping(index=index)
+    except NotFoundError as err:
+        raise IndexSetupError(f"index {index} does not exist (create it with lsr-os create-index)") from err
+    except TransportError as err:
+        raise IndexSetupError(f"reading the mapping of {index} failed (HTTP {err.status_code}): {_reason(err)}") from err
+    fields: list[VectorField] = []
+    for entry in res.values():
+        fields.extend(_sparse_fields_of((entry.get("mappings") or {}).get("properties", {})))
+    return fields
+
+
+def vector_field_of(client, index: str, field: str | None = None) -> VectorField:
+    """The sparse field to query on ``index``: ``field`` if given (checked against the mapping), else
+    the index's only ``rank_features``/``sparse_vector`` field, else :data:`DEFAULT_VECTOR_FIELD`.
+
+    A nested field (``--long-text split`` documents) may be named by its path (``sparse_embedding``)
+    or in full (``sparse_embedding.sparse_encoding``).
+
+    Raises:
+        IndexSetupError: the index is missing, has no sparse field, or ``field`` is not one of them.
+    """
+    fields = _sparse_fields(client, index)
+    if not fields:
+        raise IndexSetupError(f"index {index} has no rank_features or sparse_vector field to search")
+    if field:
+        for f in fields:
+            if field in (f.name, f.nested_path):
+                return f
+        raise IndexSetupError(f"field {field} of index {index} is not a rank_features/sparse_vector field; "
+                              f"sparse fields: {', '.join(f.name for f in fields)}")
+    if len(fields) == 1:
+        return fields[0]
+    for f in fields:
+        if DEFAULT_VECTOR_FIELD in (f.name, f.nested_path):
+            return f
+    raise IndexSetupError(f"index {index} has several sparse fields ({', '.join(f.name for f in fields)}): pick one "
+                          f"with --field")
+
+
+def _get_search_pipeline(client, pipeline_id: str) -> dict[str, Any] | None:
+    from opensearchpy.exceptions import NotFoundError, TransportError
+
+    try:
+        res = client.search_pipeline.get(id=pipeline_id)
+    except NotFoundError:
+        return None
+    except TransportError as err:
+        raise IndexSetupError(f"reading search pipeline {pipeline_id} failed (HTTP {err.status_code}): "
+                              f"{_reason(err)}") from err
+    return res.get(pipeline_id) if isinstance(res, dict) else None
+
+
+def _two_phase_params(pipeline: dict[str, Any]) -> dict[str, Any] | None:
+    """The effective two-phase parameters of a pipeline, or ``None`` when it has none / it is off."""
+    for proc in pipeline.get("request_processors") or []:
+        config = proc.get("neural_sparse_two_phase_processor") if isinstance(proc, dict) else None
+        if config is None:
+            continue
+        params = dict(config.get("two_phase_parameter") or {})
+        if config.get("enabled", True) is False or float(params.get("prune_ratio", 0.4)) == 0.0:
+            return None  # processRequest returns the request untouched
+        return {"expansion_rate": float(params.get("expansion_rate", 5.0)),
+                "max_window_size": int(params.get("max_window_size", 10000))}
+    return None
+
+
+def two_phase_window_error(pipeline: dict[str, Any], size: int | None) -> str | None:
+    """Why neural-search would refuse a search of ``size`` hits through ``pipeline`` (else ``None``).
+
+    ``NeuralSparseTwoPhaseProcessor.buildRescoreQueryBuilderForTwoPhase``: the rescore window is
+    ``(int)(size * expansion_rate)`` (size 10 when unset) and must lie in ``[0, max_window_size]``.
+    """
+    params = _two_phase_params(pipeline)
+    if params is None:
+        return None
+    base = _TWO_PHASE_BASE_SIZE if size is None or size < 0 else int(size)
+    window = int(base * params["expansion_rate"])
+    if window > params["max_window_size"]:
+        largest = int(params["max_window_size"] // params["expansion_rate"])
+        return (f"size {base} x expansion_rate {params['expansion_rate']:g} = {window} exceeds the two-phase "
+                f"max_window_size {params['max_window_size']}: ask for at most {largest} hits, or recreate the "
+                f"pipeline with a larger --max-window-size")
+    return None
+
+
+def check_two_phase(client, index: str, size: int | None, search_pipeline: str | None = None) -> None:
+    """Refuse, before sending it, a search the index's (or the named) two-phase pipeline would reject.
+
+    Raises:
+        IndexSetupError: with :func:`two_phase_window_error`'s sentence.
+    """
+    from opensearchpy.exceptions import TransportError
+
+    pipeline_id = search_pipeline
+    if pipeline_id is None:
+        try:
+            res = client.indices.get_settings(index=index, name="index.search.default_pipeline",
+                                              flat_settings=True)
+        except TransportError as err:
+            raise IndexSetupError(f"reading the settings of {index} failed (HTTP {err.status_code}): "
+                                  f"{_reason(err)}") from err
+        pipeline_id = next((v.get("settings", {}).get("index.search.default_pipeline") for v in res.values()), None)
+    if not pipeline_id or pipeline_id == "_none":
+        return
+    pipeline = _get_search_pipeline(client, pipeline_id)
+    error = two_phase_window_error(pipeline, size) if pipeline else None
+    if error:
+        raise IndexSetupError(f"search pipeline {pipeline_id} of {index}: {error}")

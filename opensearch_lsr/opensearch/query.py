@@ -11,6 +11,7 @@ rejects and features a cluster version does not have (§4.4).
 """
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,9 @@ __all__ = [
     "tokenize_query",
     "tokenize_query_ids",
     "neural_sparse_query",
+    "nested_query",
+    "method_parameters",
+    "cap_query_weights",
     "bool_query",
     "search_body",
     "parse_version",
@@ -109,6 +113,31 @@ def parse_version(version: str | Sequence[int] | None) -> tuple[int, int, int] |
     return (parts[0], parts[1], parts[2])
 
 
+def method_parameters(k: int | None = None, top_n: int | None = None, heap_factor: float | None = None,
+                      filter: Mapping[str, Any] | None = None) -> dict[str, Any]:  # noqa: A002 - the DSL's name
+    """``neural_sparse.method_parameters`` of a SEISMIC (``sparse_vector``) search, validated like
+    neural-search's ``SparseAnnQueryBuilder.fromXContent`` (3.3.0.0): ``k`` hits per shard and
+    ``top_n`` query tokens kept (positive integers, default 10 each), ``heap_factor`` (positive, default
+    1.0), ``filter`` (a query clause applied inside the ANN search). Only the given keys are sent.
+    """
+    out: dict[str, Any] = {}
+    for key, value in (("k", k), ("top_n", top_n)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"method_parameters.{key} must be a positive integer, got {value!r}")
+        out[key] = value
+    if heap_factor is not None:
+        if isinstance(heap_factor, bool) or not isinstance(heap_factor, (int, float)) or not heap_factor > 0:
+            raise ValueError(f"method_parameters.heap_factor must be a positive number, got {heap_factor!r}")
+        out["heap_factor"] = float(heap_factor)
+    if filter is not None:
+        if not isinstance(filter, Mapping) or len(filter) != 1:
+            raise ValueError("method_parameters.filter must be one query clause, e.g. {\"term\": {\"lang\": \"ko\"}}")
+        out["filter"] = dict(filter)
+    return out
+
+
 def neural_sparse_query(
     field: str,
     *,
@@ -119,12 +148,16 @@ def neural_sparse_query(
     boost: float | None = None,
     name: str | None = None,
     version: str | Sequence[int] | None = None,
+    method_params: Mapping[str, Any] | None = None,
 ) -> dict:
-    """A ``neural_sparse`` query clause (contract §4.2).
+    """A ``neural_sparse`` query clause (contract §4.2, §4.3).
 
     Exactly one of ``query_text`` (with ``model_id``, ``analyzer``, or neither: the cluster default
     model/analyzer) and ``query_tokens``. ``version`` (the cluster's) refuses what it lacks:
-    ``query_tokens`` < 2.14, ``analyzer`` < 3.1, a missing ``model_id`` < 2.13.
+    ``query_tokens`` < 2.14, ``analyzer`` < 3.1, a missing ``model_id`` < 2.13, ``method_params``
+    < 3.3. ``method_params`` (see :func:`method_parameters`) only act on a ``sparse_vector`` field:
+    without them OpenSearch 3.3 scores a SEISMIC field exactly, while 3.4+ applies its defaults
+    (k 10, top_n 10; neural-search ``NeuralSparseQueryBuilder`` at 3.3.0.0 vs 3.4.0.0).
     """
     if not field:
         raise ValueError("field must be a non-empty field name")
@@ -162,6 +195,10 @@ def neural_sparse_query(
             body["analyzer"] = analyzer
         elif ver is not None and ver < (2, 13, 0):
             raise ValueError("model_id is required before OpenSearch 2.13 (no default model)")
+    if method_params:
+        if ver is not None and ver < (3, 3, 0):
+            raise ValueError(f"method_parameters need OpenSearch >= 3.3 (cluster is {'.'.join(map(str, ver))})")
+        body["method_parameters"] = method_parameters(**dict(method_params))
     if boost is not None:
         body["boost"] = float(boost)
     if name is not None:
@@ -169,20 +206,34 @@ def neural_sparse_query(
     return {"neural_sparse": {field: body}}
 
 
-def bool_query(must: Sequence[dict] | dict, filters: Mapping[str, Any] | Sequence[dict] | None = None) -> dict:
-    """``bool`` with scoring ``must`` clauses and non-scoring ``filter`` clauses.
+def nested_query(path: str, query: dict, score_mode: Literal["max", "avg", "sum", "min"] = "max") -> dict:
+    """Wrap ``query`` for documents split into nested passages (``lsr-os index --long-text split``):
+    the document scores as its best passage (``max``; OpenSearch's own default is ``avg``)."""
+    if score_mode not in ("max", "avg", "sum", "min"):
+        raise ValueError(f"score_mode must be one of max, avg, sum, min, got {score_mode!r}")
+    return {"nested": {"path": path, "query": query, "score_mode": score_mode}}
 
+
+def bool_query(must: Sequence[dict] | dict, filters: Mapping[str, Any] | Sequence[dict] | None = None) -> dict:
+    """Scoring clauses that must all match, plus non-scoring ``filter`` clauses.
+
+    The scoring clauses go under ``bool.should`` with ``minimum_should_match`` = their number (the
+    same matches and scores as ``must``) because neural-search's two-phase processor only rewrites a
+    ``neural_sparse`` that is the query itself or sits under ``bool.should``
+    (``NeuralSparseTwoPhaseProcessor.collectNeuralQueryBuilderWithSparseEmbedding``, 2.15.0.0 to
+    3.8.0.0): under ``must`` a two-phase pipeline would silently do nothing.
     ``filters`` may be ``{field: value}`` (a ``term`` per field, a ``terms`` for lists) or clauses.
     """
     must_list = [must] if isinstance(must, dict) else list(must)
     if not filters:
-        return must_list[0] if len(must_list) == 1 else {"bool": {"must": must_list}}
+        return must_list[0] if len(must_list) == 1 else {"bool": {"should": must_list,
+                                                                  "minimum_should_match": len(must_list)}}
     if isinstance(filters, Mapping):
         clauses = [{"terms": {k: list(v)}} if isinstance(v, (list, tuple)) else {"term": {k: v}}
                    for k, v in filters.items()]
     else:
         clauses = list(filters)
-    return {"bool": {"must": must_list, "filter": clauses}}
+    return {"bool": {"should": must_list, "minimum_should_match": len(must_list), "filter": clauses}}
 
 
 def search_body(
@@ -236,7 +287,32 @@ def query_tokens_for(text: str, model: str | os.PathLike, idf: Mapping[str, floa
         return tokenize_query(text, AutoTokenizer.from_pretrained(str(path)), idf, key_format)
     from ..local.encoders import SparseKeyedEncoder
 
-    return SparseKeyedEncoder(str(path), key_format=key_format)(text)
+    return cap_query_weights(SparseKeyedEncoder(str(path), key_format=key_format)(text))
+
+
+def cap_query_weights(tokens: Mapping[str, float], cap: float = MAX_QUERY_WEIGHT) -> dict[str, float]:
+    """Clip query weights to Lucene's ``(0, 64]`` (``FeatureField.newLinearQuery``; contract 4.2).
+
+    A max-pooled log1p(relu) SPLADE query stays far below 64, but a sum-pooled encoder adds one term
+    per occurrence and can pass it, which OpenSearch answers with HTTP 400 ("weight must be in
+    (0, 64.0]"). Clipping keeps every other token's weight and the query valid; it is logged.
+    Non-positive weights are dropped (they contribute nothing and Lucene rejects them).
+    """
+    out: dict[str, float] = {}
+    clipped = []
+    for key, value in tokens.items():
+        w = float(value)
+        if not w > 0:
+            continue
+        if w > cap:
+            clipped.append((key, w))
+            w = cap
+        out[key] = w
+    if clipped:
+        logging.getLogger(__name__).warning(
+            "%d query weight(s) above %g clipped to it (Lucene's limit), e.g. %r=%.2f: the encoder is probably "
+            "sum-pooled", len(clipped), cap, clipped[0][0], clipped[0][1])
+    return out
 
 
 def explain_contributions(hit: Mapping[str, Any]) -> list[tuple[str, float]]:

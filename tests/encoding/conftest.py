@@ -28,6 +28,7 @@ class FakeBulkTarget:
         self.unavailable_ids = set(unavailable_ids)  # one item-level 503 each, then success
         self.request_failures = list(request_failures)  # statuses for the next whole _bulk requests
         self.delay = delay
+        self.mappings = {"text": {"type": "text"}, "sparse_embedding": {"type": "rank_features"}}
         self.requests = 0
         self.lock = threading.Lock()
         target = self
@@ -47,6 +48,9 @@ class FakeBulkTarget:
             def do_GET(self):
                 if self.path.split("?")[0].endswith("/_count"):
                     return self._send(200, {"count": len(target.docs)})
+                if self.path.split("?")[0].endswith("/_mapping"):  # OpenSearchBulkWriter.check_target
+                    index = self.path.split("?")[0].strip("/").split("/")[0]
+                    return self._send(200, {index: {"mappings": {"properties": target.mappings}}})
                 return self._send(200, {"version": {"number": "3.3.0", "distribution": "opensearch"}})
 
             def do_POST(self):

@@ -93,6 +93,8 @@ def test_bool_query_and_search_body():
     ns = neural_sparse_query("emb", query_tokens={"a": 1})
     assert bool_query(ns) == ns
     q = bool_query(ns, {"lang": "ko", "tag": ["x", "y"]})
-    assert q == {"bool": {"must": [ns], "filter": [{"term": {"lang": "ko"}}, {"terms": {"tag": ["x", "y"]}}]}}
+    # should + minimum_should_match, not must: neural-search's two-phase processor only looks under should
+    assert q == {"bool": {"should": [ns], "minimum_should_match": 1,
+                          "filter": [{"term": {"lang": "ko"}}, {"terms": {"tag": ["x", "y"]}}]}}
     assert search_body(q, size=5, from_=10, source=["text"], explain=True) == {
         "query": q, "size": 5, "from": 10, "_source": ["text"], "explain": True}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .search import rrf_rank_constant
 from .store import ApiError, Index
 
 __all__ = ["PipelinesMixin"]
@@ -115,10 +116,9 @@ class PipelinesMixin:
                                    f"sum of weights for combination must be equal to 1.0, supplied weights sum: {sum(weights)}")
             elif ptype == "score-ranker-processor" and self.version >= (2, 19, 0):
                 comb = config.get("combination") or {}
-                if comb.get("technique") != "rrf":
+                if comb.get("technique", "rrf") != "rrf":
                     raise ApiError(400, "illegal_argument_exception", "only the [rrf] technique is supported by score-ranker-processor")
-                if int(comb.get("rank_constant", 60)) < 1:
-                    raise ApiError(400, "illegal_argument_exception", "rank constant must be >= 1")
+                rrf_rank_constant(config, self.version)  # placement and range by version (RRFProcessorFactory)
             else:
                 raise ApiError(400, "illegal_argument_exception", f"Invalid processor type [{ptype}]")
         self.search_pipelines[pid] = body

@@ -4,9 +4,15 @@ Mixed into :class:`~double.server.OpenSearchDouble`.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from .store import ApiError, Index, eval_query
+from .store import ApiError, Index, eval_query, f32
+
+#: neural-search SparseAnnQueryBuilder defaults (3.3.0.0): k, top_n (DEFAULT_QUERY_CUT), heap_factor
+_ANN_DEFAULTS = {"k": 10, "top_n": 10, "heap_factor": 1.0}
+#: NeuralSparseTwoPhaseProcessor.DEFAULT_BASE_QUERY_SIZE
+_TWO_PHASE_BASE_SIZE = 10
 
 __all__ = ["SearchMixin"]
 
@@ -27,6 +33,8 @@ class SearchMixin:
             if pipeline is None:
                 raise ApiError(404, "resource_not_found_exception", f"Pipeline {pipeline_id} is not defined")
         q = body.get("query") or {"match_all": {}}
+        if pipeline is not None:
+            self._two_phase(idx, pipeline, q, body.get("size"))
         limit: int | None = None
         if "hybrid" in q:
             scores = self._hybrid(idx, q["hybrid"], docs, pipeline, size + offset)
@@ -79,15 +87,21 @@ class SearchMixin:
                 for d, v in s.items():
                     total[d] = total.get(d, 0.0) + v
             should = clauses("should")
-            should_hit: set[str] = set()
+            should_hits: dict[str, int] = {}
             for sub in should:
                 s, _ = self._score(idx, sub, docs)
-                should_hit |= set(s)
                 for d, v in s.items():
+                    should_hits[d] = should_hits.get(d, 0) + 1
                     total[d] = total.get(d, 0.0) + v
-            if should and not clauses("must") and not clauses("filter"):
-                candidates &= should_hit
+            msm = body.get("minimum_should_match")
+            if msm is None:  # BoolQueryBuilder: 1 when only should clauses, else 0
+                msm = 0 if (clauses("must") or clauses("filter")) else 1
+            if should:
+                need = min(int(msm), len(should))
+                candidates = {d for d in candidates if should_hits.get(d, 0) >= need}
             return {d: total.get(d, 0.0) for d in candidates}, None
+        if kind == "nested":
+            return self._nested(idx, body, docs), None
         raise ApiError(400, "parsing_exception", f"unknown query [{kind}]")
 
     def _neural_sparse(self, idx: Index, body: dict, docs: dict) -> tuple[dict[str, float], int | None]:
@@ -143,24 +157,29 @@ class SearchMixin:
         tokens = {str(k): float(v) for k, v in tokens.items()}
         limit = None
         method_params = clause.get("method_parameters")
-        if is_ann and method_params:
-            top_n = int(method_params.get("top_n", 10))
-            tokens = dict(sorted(tokens.items(), key=lambda kv: -kv[1])[:top_n])
-            limit = int(method_params.get("k", 10))
-            if method_params.get("filter"):
-                docs = {d: doc for d, doc in docs.items() if eval_query(method_params["filter"], doc.source)}
-        if is_ann:
-            bad = [t for t in tokens if not t.isdigit()]
-            if bad:
-                raise ApiError(400, "illegal_argument_exception", f"[sparse_vector] query tokens should be valid integer, got [{bad[0]}]")
+        if method_params is not None:
+            _check_method_parameters(method_params)
+        # NeuralSparseQueryBuilder.doToQuery (3.3.0.0): a SEISMIC field without method_parameters gets the
+        # exact FeatureField query (non-integer tokens simply match nothing); from 3.4.0.0 the builder
+        # always attaches a SparseAnnQueryBuilder with its defaults (k 10, top_n 10).
+        use_ann = is_ann and (method_params is not None or self.version >= (3, 4, 0))
+        if use_ann:
+            params = {**_ANN_DEFAULTS, **(method_params or {})}
+            bad = [t for t in tokens if not t.lstrip("-").isdigit()]
+            if bad:  # SparseAnnQueryBuilder.preprocessQueryTokens
+                raise ApiError(400, "illegal_argument_exception", "Query tokens should be valid integer")
+            if any(int(t) < 0 for t in tokens):
+                raise ApiError(400, "illegal_argument_exception", "Query tokens should be non-negative integer!")
+            tokens = dict(sorted(tokens.items(), key=lambda kv: -kv[1])[:int(params["top_n"])])
+            limit = int(params["k"]) or _ANN_DEFAULTS["k"]
+            if params.get("filter"):
+                docs = {d: doc for d, doc in docs.items() if eval_query(params["filter"], doc.source)}
         for token, weight in tokens.items():
-            from .store import f32
             w = f32(weight)
             if not (0 < w <= 64.0):  # FeatureField.newLinearQuery
                 raise ApiError(400, "illegal_argument_exception", f"weight must be in (0, 64.0], got: {w!r}")
         boost = float(clause.get("boost", 1.0))
         scores: dict[str, float] = {}
-        from .store import f32
         for doc_id, doc in docs.items():
             feats = doc.features.get(fname)
             if not feats:
@@ -195,7 +214,7 @@ class SearchMixin:
             return out
         (ptype, config), = procs[0].items()
         if ptype == "score-ranker-processor":
-            k = int((config.get("combination") or {}).get("rank_constant", 60))
+            k = rrf_rank_constant(config, self.version)
             out = {}
             for ranked in per_query:
                 for rank, (d, _) in enumerate(ranked, start=1):
@@ -221,3 +240,116 @@ class SearchMixin:
             den = sum(w for w, n in zip(weights, normed) if d in n)
             out[d] = num / den if den else 0.0
         return out
+
+    # -- nested (``--long-text split`` documents) ---------------------------------------------------
+    def _nested(self, idx: Index, body: dict, docs: dict) -> dict[str, float]:
+        """``nested`` query: the inner query runs per nested object, scores combined by ``score_mode``
+        (OpenSearch NestedQueryBuilder; default ``avg``)."""
+        path = body.get("path")
+        if not path or idx.field_type(path) != "nested":
+            raise ApiError(400, "query_shard_exception", f"[nested] failed to find nested object under path [{path}]")
+        mode = body.get("score_mode", "avg")
+        if mode not in ("avg", "max", "min", "sum", "none"):
+            raise ApiError(400, "illegal_argument_exception", f"No ScoreMode found for value [{mode}]")
+        out: dict[str, float] = {}
+        for doc_id, doc in docs.items():
+            objects = doc.nested.get(path) or []
+            pseudo = {str(i): SimpleNamespace(features=o["features"], source=o["source"], terms={})
+                      for i, o in enumerate(objects)}
+            if not pseudo:
+                continue
+            scores, _ = self._score(idx, body.get("query") or {"match_all": {}}, pseudo)
+            if not scores:
+                continue
+            values = list(scores.values())
+            out[doc_id] = {"avg": sum(values) / len(values), "max": max(values), "min": min(values),
+                           "sum": sum(values), "none": 0.0}[mode]
+        return out
+
+    # -- neural_sparse_two_phase_processor ------------------------------------------------------------
+    def _two_phase(self, idx: Index, pipeline: dict, query: dict, size: Any) -> None:
+        """NeuralSparseTwoPhaseProcessor.processRequest (neural-search 3.3.0.0): only a top-level
+        ``neural_sparse`` or one under (nested) ``bool.should`` is two-phased (``bool.must``/``filter``
+        are not looked at); a SEISMIC field is refused; the window is validated. Scoring stays the full
+        query's (the rescore of the window with the pruned tokens is not emulated)."""
+        for proc in pipeline.get("request_processors") or []:
+            config = proc.get("neural_sparse_two_phase_processor")
+            if config is None:
+                continue
+            params = config.get("two_phase_parameter") or {}
+            if config.get("enabled", True) is False or float(params.get("prune_ratio", 0.4)) == 0.0:
+                return
+            found = _collect_two_phase(query)
+            if not found:
+                self.two_phase_log.append({"applied": False, "reason": "no neural_sparse under query or bool.should"})
+                return
+            ann = idx.sparse_ann_fields()
+            if any(f in ann for f in found):
+                raise ApiError(400, "illegal_argument_exception",
+                               "Two phase search processor is not compatible with [seismic] field for now")
+            base = _TWO_PHASE_BASE_SIZE if size is None or int(size) == -1 else int(size)
+            window = int(base * float(params.get("expansion_rate", 5.0)))
+            max_window = int(params.get("max_window_size", 10000))
+            if window > max_window or window < 0:
+                raise ApiError(400, "illegal_argument_exception",
+                               f"The two-phase window size of neural_sparse_two_phase_processor should be "
+                               f"[0,{max_window}], but get the value of {window}")
+            self.two_phase_log.append({"applied": True, "fields": found, "window": window})
+            return
+
+
+def _collect_two_phase(query: dict) -> list[str]:
+    """Fields of the neural_sparse clauses the two-phase processor would rewrite."""
+    if not isinstance(query, dict) or len(query) != 1:
+        return []
+    (kind, body), = query.items()
+    if kind == "neural_sparse":
+        return list(body)
+    if kind == "bool":
+        should = body.get("should", [])
+        out: list[str] = []
+        for sub in (should if isinstance(should, list) else [should]):
+            out.extend(_collect_two_phase(sub))
+        return out
+    return []
+
+
+def _check_method_parameters(params: Any) -> None:
+    """SparseAnnQueryBuilder.fromXContent validation (neural-search 3.3.0.0)."""
+    if not isinstance(params, dict):
+        raise ApiError(400, "parsing_exception", "[sparse_ann] method_parameters must be an object")
+    for key, value in params.items():
+        if key in ("k", "top_n"):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ApiError(400, "parsing_exception", f"[sparse_ann] {key} must be a positive integer")
+        elif key == "heap_factor":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ApiError(400, "parsing_exception", "[sparse_ann] heap_factor must be a positive float")
+        elif key == "filter":
+            if not isinstance(value, dict):
+                raise ApiError(400, "parsing_exception", "[sparse_ann] unknown token [VALUE] after [filter]")
+        else:
+            raise ApiError(400, "parsing_exception", f"[sparse_ann] unknown field [{key}]")
+
+
+def rrf_rank_constant(config: dict, version: tuple[int, int, int]) -> int:
+    """The rank constant a score-ranker-processor uses (neural-search RRFProcessorFactory): read from
+    ``combination.parameters`` up to 3.0.x (a top-level ``combination.rank_constant`` is ignored) and
+    from ``combination`` from 3.1.0.0 (where ``combination.parameters`` only takes ``weights``)."""
+    comb = config.get("combination") or {}
+    params = comb.get("parameters") or {}
+    if version >= (3, 1, 0):
+        extra = [k for k in params if k != "weights"]
+        if extra:
+            raise ApiError(400, "illegal_argument_exception", "provided parameter for combination technique is not "
+                           "supported. supported parameters are [weights]")
+        value = comb.get("rank_constant", 60)
+    else:
+        extra = [k for k in params if k != "rank_constant"]
+        if extra:
+            raise ApiError(400, "illegal_argument_exception", "unrecognized parameters in normalization technique")
+        value = params.get("rank_constant", 60)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10000:
+        raise ApiError(400, "illegal_argument_exception", f"rank constant must be in the interval between 1 and 10000, "
+                       f"submitted rank constant: {value}")
+    return value

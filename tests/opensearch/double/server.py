@@ -115,6 +115,7 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
         self.indices: dict[str, Index] = {}
         self.ingest_pipelines: dict[str, dict[str, Any]] = {}
         self.search_pipelines: dict[str, dict[str, Any]] = {}
+        self.two_phase_log: list[dict[str, Any]] = []  # one entry per search through a two-phase pipeline
         self.request_log: list[dict[str, Any]] = []
         self.violations: list[dict[str, Any]] = []
         self.faults: list[Fault] = []
@@ -338,9 +339,13 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
                                f"final {name} setting [index.sparse], not updateable")
             idx.settings.update(flat)
             return 200, {"acknowledged": True}
-        if rest == ["_settings"] and method == "GET":
+        if rest[:1] == ["_settings"] and len(rest) <= 2 and method == "GET":
             idx = self._get_index(name)
-            return 200, {name: {"settings": _nest(idx.settings)}}
+            flat = {k: v for k, v in idx.settings.items() if len(rest) == 1 or k == rest[1]}
+            if _truthy_param(query.get("flat_settings")):
+                return 200, {name: {"settings": {k: (str(v).lower() if isinstance(v, bool) else v)
+                                                 for k, v in flat.items()}}}
+            return 200, {name: {"settings": _nest(flat)}}
         if rest == ["_mapping"] and method == "GET":
             idx = self._get_index(name)
             return 200, {name: {"mappings": idx.mappings}}
@@ -474,3 +479,7 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[parts[-1]] = value if not isinstance(value, bool) else str(value).lower()
     return out
+
+
+def _truthy_param(value: Any) -> bool:
+    return value is not None and str(value).lower() in ("", "true")

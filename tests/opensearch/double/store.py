@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["ApiError", "Index", "trunc9", "analyze", "FLOAT_MIN_NORMAL"]
 
@@ -91,6 +91,8 @@ class Doc:
     version: int = 1
     features: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> token -> trunc9 weight
     terms: dict[str, list[str]] = field(default_factory=dict)            # text field -> analyzed tokens
+    # nested path -> one {"features": {full sub-field: token -> weight}, "source": object} per nested object
+    nested: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 class Index:
@@ -183,9 +185,14 @@ class Index:
         return str(self.settings.get("index.sparse", "false")).lower() == "true"
 
     def field_type(self, name: str) -> str | None:
-        prop = self.properties().get(name)
-        if prop is None:
-            return None
+        """Type of a field, dotted paths into object/nested properties included."""
+        props: dict[str, Any] = self.properties()
+        prop: Any = None
+        for part in name.split("."):
+            prop = props.get(part) if isinstance(props, dict) else None
+            if prop is None:
+                return None
+            props = prop.get("properties") or {}
         return prop.get("type", "object")
 
     def sparse_ann_fields(self) -> set[str]:
@@ -214,6 +221,8 @@ class Index:
                 doc.terms[name] = [t for v in texts for t in analyze(self.analyzers[analyzer], v)]
             elif kind == "keyword":
                 doc.terms[name] = [str(v) for v in (value if isinstance(value, list) else [value])]
+            elif kind == "nested":
+                doc.nested[name] = self._parse_nested(name, value, doc_id)
         with self.lock:
             prev = self.docs.get(doc_id)
             doc.version = prev.version + 1 if prev else 1
@@ -234,6 +243,23 @@ class Index:
         else:  # an object of token weights explodes into one float sub-field per token (contract 4.1)
             props[name] = {"type": "object"}
 
+    def _parse_nested(self, name: str, value: Any, doc_id: str) -> list[dict[str, Any]]:
+        """Each object of a ``nested`` field: its sparse sub-fields parsed like top-level ones."""
+        objects = value if isinstance(value, list) else [value]
+        out = []
+        for obj in objects:
+            if not isinstance(obj, dict):
+                raise ApiError(400, "mapper_parsing_exception", f"object mapping for [{name}] tried to parse field "
+                               f"[{name}] as object, but found a concrete value")
+            feats = {}
+            for sub, sub_value in obj.items():
+                full = f"{name}.{sub}"
+                kind = self.field_type(full)
+                if kind in ("rank_features", "sparse_vector") and sub_value is not None:
+                    feats[full] = self._parse_features(full, sub_value, doc_id, sparse=kind == "sparse_vector")
+            out.append({"features": feats, "source": obj})
+        return out
+
     def _parse_features(self, name: str, value: Any, doc_id: str, *, sparse: bool) -> dict[str, float]:
         kind = "sparse_vector" if sparse else "rank_features"
         prefix = f"failed to parse field [{name}] of type [{kind}] in document with id '{doc_id}'. "
@@ -250,6 +276,14 @@ class Index:
                                    prefix + f"token id [{token}] >= 32768 cannot be stored by SEISMIC in releases <= 3.8")
             if not token:
                 raise ApiError(400, "mapper_parsing_exception", prefix + "feature name must not be empty")
+            if weight is None:  # VALUE_NULL: "ignore feature, this is consistent with numeric fields"
+                continue
+            if isinstance(weight, str):  # VALUE_STRING: parser.floatValue(true) coerces numeric strings
+                try:
+                    weight = float(weight.strip())
+                except ValueError:
+                    raise ApiError(400, "mapper_parsing_exception",
+                                   prefix + f"For input string: \"{weight}\"") from None
             if isinstance(weight, bool) or not isinstance(weight, (int, float)):
                 raise ApiError(400, "mapper_parsing_exception",
                                prefix + f"[{kind}] fields take hashes that map a feature to a strictly positive float, but got unexpected token {type(weight).__name__}")
