@@ -95,7 +95,7 @@ def rrf_body(text_field: str, text: str, sparse_clause: dict[str, Any], *, size:
     if rank_window_size < size:
         raise ValueError(f"[rank_window_size] ({rank_window_size}) must be greater than or equal to [size] ({size})")
     return {"retriever": {"rrf": {"retrievers": [
-        {"standard": {"query": {"match": {text_field: text}}}},
+        {"standard": {"query": {"match": {text_field: {"query": text}}}}},  # long form: the spec has no shorthand
         {"standard": {"query": sparse_clause}},
     ], "rank_constant": int(rank_constant), "rank_window_size": int(rank_window_size)}},
         "size": int(size), "_source": False}
