@@ -13,6 +13,7 @@ Search Relevance for Inference-Free Learned Sparse Retrievers").
 from __future__ import annotations
 
 import copy
+import logging
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -64,9 +65,20 @@ def idf_weight_vector(tokenizer, idf: Mapping[str, float] | None) -> torch.Tenso
 
 def idf_from_weights(tokenizer, weights: torch.Tensor) -> dict[str, float]:
     """The inverse of :func:`idf_weight_vector`: ``{decode([id]): weight}`` for every id with a
-    non-empty key and a positive weight (what ``idf.json`` holds for ML Commons' query side)."""
+    non-empty key (what ``idf.json`` holds for ML Commons' query side).
+
+    No token is dropped: ML Commons reads a missing key as 1.0 (``idf.getOrDefault(token, 1.0)``,
+    contract 2.2), so a dropped zero-weight token would count fully. Weights are clipped into
+    ``[IDF_FLOOR, IDF_MAX]`` = [1e-3, 64] because neural_sparse refuses query weights outside (0, 64].
+    """
+    from .opensearch.idf import IDF_FLOOR, IDF_MAX
+
     values = weights.detach().float().cpu().tolist()
-    return {key: w for key, w in zip(decode_keys(tokenizer), values) if key and w > 0}
+    out = {key: min(max(float(w), IDF_FLOOR), IDF_MAX) for key, w in zip(decode_keys(tokenizer), values) if key}
+    clipped = sum(1 for w in values if not IDF_FLOOR <= w <= IDF_MAX)
+    if clipped:
+        logging.getLogger(__name__).info("idf.json: %d weight(s) clipped into [%g, %g]", clipped, IDF_FLOOR, IDF_MAX)
+    return out
 
 
 def _load_idf(idf: Mapping[str, float] | str | os.PathLike | None) -> tuple[dict[str, float] | None, str]:

@@ -32,9 +32,16 @@ import numpy as np
 
 from ..contract import decode_keys, rust_tokenizer, special_token_ids
 
-__all__ = ["compute_idf", "transfer_idf", "load_idf", "iter_corpus_texts", "bm25_idf"]
+__all__ = ["compute_idf", "transfer_idf", "load_idf", "iter_corpus_texts", "bm25_idf", "check_idf_range",
+           "IDF_MAX", "IDF_FLOOR"]
 
 logger = logging.getLogger(__name__)
+
+#: Lucene ``FeatureField.newLinearQuery`` accepts query weights in (0, 64] (contract 4.2).
+IDF_MAX = 64.0
+#: the weight written for a token the query side should (nearly) ignore: ML Commons reads a missing
+#: key as 1.0 and Lucene refuses 0, so such tokens are kept at this floor instead of being dropped
+IDF_FLOOR = 1e-3
 
 
 def bm25_idf(df: np.ndarray, n_docs: int) -> np.ndarray:
@@ -218,4 +225,21 @@ def load_idf(path: str | os.PathLike) -> dict[str, float]:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             raise ValueError(f"{str(path)!r}: weight of {key!r} is not a finite number")
         out[str(key)] = float(value)
+    check_idf_range(out, str(path))
     return out
+
+
+def check_idf_range(idf: dict[str, float], source: str = "idf.json") -> None:
+    """Refuse weights outside ``(0, 64]`` in one sentence.
+
+    ML Commons' SPARSE_TOKENIZE returns ``idf.getOrDefault(token, 1.0)`` as the query weight
+    (``SparseTokenizerModel``; contract 2.2) and neural_sparse builds ``FeatureField.newLinearQuery``
+    with it, which throws for weights outside ``(0, 64]`` (contract 4.2): a zero or negative entry
+    fails every query containing that token with HTTP 400, a weight above 64 likewise. (Dropping
+    the token from the file is no fix either: a missing key weighs 1.0.)
+    """
+    bad = [(k, v) for k, v in idf.items() if not 0.0 < v <= IDF_MAX]
+    if bad:
+        key, value = bad[0]
+        raise ValueError(f"{source}: {len(bad)} weight(s) outside (0, {IDF_MAX:g}], e.g. {key!r}={value:g}; OpenSearch "
+                         f"rejects such query weights (keep tiny positive weights for tokens to ignore, e.g. 1e-3)")
