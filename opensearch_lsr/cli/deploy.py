@@ -135,9 +135,12 @@ def _vocab_from_bundle(bundle: str | None, vocab_size: int | None) -> int | None
               help="Export bundle: its vocabulary size is checked against sparse_vector's 32768-id limit.")
 @click.option("--vocab-size", type=int, default=None, help="Model vocabulary size (instead of --bundle).")
 @click.option("--search-pipeline", default=None, help="Also attach this search pipeline (index.search.default_pipeline).")
+@click.option("--long-text", type=click.Choice(["truncate", "split"]), default="truncate", show_default=True,
+              help="split: map the vector field as nested passages (VECTOR_FIELD.sparse_encoding), the shape "
+                   "`lsr-os index --long-text split` writes; rank_features only.")
 def create_index_cmd(name: str, kind: str, pipeline: str | None, text_analyzer: str, text_field: str,
                      vector_field: str, bundle: str | None, vocab_size: int | None, search_pipeline: str | None,
-                     **conn) -> None:
+                     long_text: str, **conn) -> None:
     """Create index NAME from mappings/<kind>.json, adapted to the cluster's version and plugins."""
     from ..opensearch.indices import attach_search_pipeline, create_index
 
@@ -145,7 +148,7 @@ def create_index_cmd(name: str, kind: str, pipeline: str | None, text_analyzer: 
     with user_errors():
         out = create_index(client, name, kind, features, text_analyzer=text_analyzer, ingest_pipeline=pipeline,
                            text_field=text_field, vector_field=vector_field,
-                           vocab_size=_vocab_from_bundle(bundle, vocab_size))
+                           vocab_size=_vocab_from_bundle(bundle, vocab_size), long_text=long_text)
         if search_pipeline:
             attach_search_pipeline(client, name, search_pipeline)
             out["search_pipeline"] = search_pipeline

@@ -32,7 +32,14 @@ __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
               help="Encoder dir / export bundle: the query side for --mode tokens, the model for local --mode model.")
 @click.option("--model-id", default=None, help="Deployed ML Commons model id (--mode model on OpenSearch).")
 @click.option("--analyzer", default=None, help="Analyzer name for --mode analyzer (e.g. bert-uncased).")
-@click.option("--field", default=None, help="rank_features field (default: the index's only one, else passage_embedding).")
+@click.option("--field", default=None,
+              help="rank_features/sparse_vector field (default: the index's only one, else sparse_embedding).")
+@click.option("--ann-k", type=int, default=None,
+              help="sparse_vector (SEISMIC, 3.3+): method_parameters.k, hits per shard (cluster default 10).")
+@click.option("--ann-top-n", type=int, default=None,
+              help="sparse_vector: method_parameters.top_n, query tokens kept (cluster default 10).")
+@click.option("--ann-heap-factor", type=float, default=None,
+              help="sparse_vector: method_parameters.heap_factor (cluster default 1.0).")
 @click.option("--size", type=int, default=10, show_default=True)
 @click.option("--filter", "filters", multiple=True, metavar="FIELD=VALUE", help="term filter (repeatable).")
 @click.option("--show-query", is_flag=True, help="Print the request body sent.")
@@ -42,7 +49,8 @@ __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
 @connection_options
 def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weights: str, rank_constant: int,
                search_pipeline: str | None, text_field: str, model: str | None, model_id: str | None,
-               analyzer: str | None, field: str | None, size: int, filters: tuple[str, ...], show_query: bool,
+               analyzer: str | None, field: str | None, ann_k: int | None, ann_top_n: int | None,
+               ann_heap_factor: float | None, size: int, filters: tuple[str, ...], show_query: bool,
                explain: bool, backend: str, as_json: bool, **conn) -> None:
     """Search an index with a standard neural_sparse (or hybrid BM25 + neural_sparse) query; print the hits."""
     from ..opensearch.query import (bool_query, explain_contributions, neural_sparse_query, query_tokens_for,
@@ -56,20 +64,31 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
         if not sep or not key:
             fail(f"--filter must look like FIELD=VALUE, got {item!r}")
         parsed_filters[key] = value
+    ann = {k: v for k, v in (("k", ann_k), ("top_n", ann_top_n), ("heap_factor", ann_heap_factor)) if v is not None}
+    key_format, nested_path, method_params = "word", None, None
     with user_errors():
         if backend == "local":
+            from ..contract import DEFAULT_VECTOR_FIELD
             from ..local.index import LocalIndex
 
             target = LocalIndex.open(index_ref)
             fields = target.vector_fields
             version = None
+            field = field or (fields[0] if len(fields) == 1 else DEFAULT_VECTOR_FIELD)
         else:
             from ..opensearch.client import client_from_options, detect_features
+            from ..opensearch.indices import vector_field_of
 
             client = client_from_options(**conn)
             version = detect_features(client, detect_plugins=False).version
-            fields = []
-        field = field or (fields[0] if len(fields) == 1 else "passage_embedding")
+            # the index's own sparse field, its key format (token ids on sparse_vector) and nesting
+            target_field = vector_field_of(client, index_ref, field)
+            field, key_format, nested_path = target_field.name, target_field.key_format, target_field.nested_path
+            if ann and target_field.kind != "sparse_vector":
+                fail(f"--ann-k/--ann-top-n/--ann-heap-factor apply to sparse_vector fields; {field} is {target_field.kind}")
+            method_params = ann or None
+        if ann and backend == "local":
+            fail("--ann-k/--ann-top-n/--ann-heap-factor apply to OpenSearch sparse_vector indices")
         pipeline = None
         if mode == "hybrid":
             from ..lexical.fusion import HybridFusion
@@ -95,19 +114,30 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
         elif mode == "tokens":
             if not model:
                 fail("--mode tokens needs --model (an encoder dir or export bundle) to compute query_tokens")
-            clause = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model), version=version)
+            clause = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model, key_format=key_format),
+                                         version=version, method_params=method_params)
         elif mode == "model":
             mid = model_id or model
             if not mid:
                 fail("--mode model needs --model-id (OpenSearch) or --model (a local model dir)")
             if backend == "local" and model and not model_id:
                 mid = str(model)
-            clause = neural_sparse_query(field, query_text=query_text, model_id=mid, version=version)
+            clause = neural_sparse_query(field, query_text=query_text, model_id=mid, version=version,
+                                         method_params=method_params)
         else:
-            clause = neural_sparse_query(field, query_text=query_text, analyzer=analyzer, version=version)
+            clause = neural_sparse_query(field, query_text=query_text, analyzer=analyzer, version=version,
+                                         method_params=method_params)
         if mode != "hybrid":
+            if nested_path:
+                from ..opensearch.query import nested_query
+
+                clause = nested_query(nested_path, clause)
             body = search_body(bool_query(clause, parsed_filters or None), size=size,
-                               source={"excludes": [field]}, explain=explain)
+                               source={"excludes": [nested_path or field]}, explain=explain)
+            if backend == "opensearch":
+                from ..opensearch.indices import check_two_phase
+
+                check_two_phase(client, index_ref, size)
     if show_query:
         click.echo("# request body" + (f" (search pipeline: {json.dumps(pipeline)})" if pipeline else ""))
         echo_json(body)

@@ -1,0 +1,97 @@
+"""The default command chain on one cluster with no field flags (issue 13 items 3, 4, 6):
+create-index -> index --backend opensearch -> search --backend opensearch, for rank_features,
+sparse_vector (token-id documents, --mode tokens) and --long-text split (nested) indices.
+
+Runs SPLADE-tiny through the real CLI against the double; the same chain runs on a real cluster in
+tests/opensearch_real/.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from double.fixtures import make_double
+
+from opensearch_lsr.cli import cli
+
+DOCS = {
+    "d1": "the river flows past the old stone bridge near the town",
+    "d2": "a recipe for baking sourdough bread with a crisp crust",
+    "d3": "stock markets fell sharply after the interest rate decision",
+    "d4": "the museum displays ancient pottery and bronze statues",
+}
+
+
+@pytest.fixture
+def double():
+    d = make_double("3.3.0")
+    yield d
+    d.stop()
+
+
+def _corpus(tmp_path, long: bool = False):
+    path = tmp_path / "corpus.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for did, text in DOCS.items():
+            fh.write(json.dumps({"_id": did, "title": "", "text": (text + " ") * (60 if long else 1)}) + "\n")
+    return path
+
+
+def _run(*args):
+    res = CliRunner().invoke(cli, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    return res.stdout  # progress bars and model-loading notes go to stderr
+
+
+def _top(output: str) -> str:
+    first = next(line for line in output.splitlines() if line.strip().startswith("1."))
+    return first.split()[2]
+
+
+def test_default_chain_rank_features(double, tmp_path, splade_tiny_dir):
+    url = ("--url", double.url)
+    _run("create-index", "passages", *url)
+    out = json.loads(_run("index", "--corpus", _corpus(tmp_path), "--model", splade_tiny_dir, "--backend",
+                          "opensearch", "--index", "passages", "--work-dir", tmp_path / "job", "--no-progress", *url))
+    assert out["indexed"] == len(DOCS)
+    assert double.requests_to("/_bulk$")[0]["query"]["pipeline"] == "_none"
+    found = _run("search", "sourdough bread recipe", "--index", "passages", "--backend", "opensearch", "--mode",
+                 "tokens", "--model", splade_tiny_dir, *url)
+    assert _top(found) == "d2"
+    assert double.violations == []
+
+
+def test_sparse_vector_chain_uses_token_ids(double, tmp_path, splade_tiny_dir):
+    """search --mode tokens on a sparse_vector index sends token-id keys (word keys find nothing)."""
+    url = ("--url", double.url)
+    _run("create-index", "ann", "--kind", "sparse_vector", "--vocab-size", 30522, *url)
+    _run("index", "--corpus", _corpus(tmp_path), "--model", splade_tiny_dir, "--backend", "opensearch", "--index",
+         "ann", "--key-format", "token_id", "--work-dir", tmp_path / "job", "--no-progress", *url)
+    found = _run("search", "ancient bronze statues in a museum", "--index", "ann", "--backend", "opensearch",
+                 "--mode", "tokens", "--model", splade_tiny_dir, "--ann-k", 2, "--show-query", *url)
+    assert _top(found) == "d4"
+    sent = double.requests_to("/ann/_search$")[-1]
+    assert sent["status"] == 200
+    body = json.loads(found.split("# request body", 1)[1].split("\n", 1)[1].rsplit("}\n", 1)[0] + "}")
+    clause = body["query"]["neural_sparse"]["sparse_embedding"]
+    assert all(k.isdigit() for k in clause["query_tokens"]) and clause["method_parameters"] == {"k": 2}
+
+
+def test_split_chain_is_mapped_and_searched_nested(double, tmp_path, splade_tiny_dir):
+    url = ("--url", double.url)
+    res = CliRunner().invoke(cli, ["create-index", "plain", "--url", double.url])
+    assert res.exit_code == 0
+    res = CliRunner().invoke(cli, ["index", "--corpus", str(_corpus(tmp_path, long=True)), "--model", str(splade_tiny_dir),
+                                   "--backend", "opensearch", "--index", "plain", "--long-text", "split", "--work-dir",
+                                   str(tmp_path / "job0"), "--no-progress", "--url", double.url])
+    assert res.exit_code == 1 and "create-index plain --long-text split" in res.output  # refused up front
+    assert not double.requests_to("/_bulk")
+    _run("create-index", "long", "--long-text", "split", *url)
+    out = json.loads(_run("index", "--corpus", _corpus(tmp_path, long=True), "--model", splade_tiny_dir, "--backend",
+                          "opensearch", "--index", "long", "--long-text", "split", "--work-dir", tmp_path / "job",
+                          "--no-progress", *url))
+    assert out["indexed"] == len(DOCS)
+    found = _run("search", "stock markets and interest rates", "--index", "long", "--backend", "opensearch",
+                 "--mode", "tokens", "--model", splade_tiny_dir, *url)
+    assert _top(found) == "d3"
