@@ -1,0 +1,221 @@
+"""Elasticsearch on the existing commands: ``export --target``, ``deploy-model/index/search/eval --backend elasticsearch``.
+
+The commands live in their own modules (``deploy``, ``index``, ``search``); this module adds the
+Elasticsearch options to them when it is imported (after them, see ``cli/__init__.py``) and routes a
+call to the Elasticsearch library functions when ``--backend elasticsearch`` / ``--target`` asks for
+it; every other call reaches the original command unchanged. Connection: ``--url`` given on the
+command line, else ``ELASTICSEARCH_URL``; ``--cloud-id`` / ``ELASTIC_CLOUD_ID``; ``--api-key`` /
+``ELASTICSEARCH_API_KEY``; ``--user``/``--password`` (or ``ELASTICSEARCH_USER``/``ELASTICSEARCH_PASSWORD``);
+TLS verification stays on unless ``--insecure``.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .app import cli, echo_json, fail, user_errors
+
+__all__ = ["extend_command", "es_client_from_options"]
+
+def _es_connection() -> list[click.Option]:
+    """Fresh ``--api-key`` / ``--cloud-id`` options (one set per command)."""
+    return [
+    click.Option(["--api-key"], envvar="ELASTICSEARCH_API_KEY", show_envvar=True, default=None,
+                 help="Elasticsearch API key (id:key or the encoded form); --backend elasticsearch."),
+    click.Option(["--cloud-id"], envvar="ELASTIC_CLOUD_ID", show_envvar=True, default=None,
+                 help="Elastic Cloud deployment id instead of --url; --backend elasticsearch."),
+    ]
+
+
+def extend_command(name: str, options: list[click.Option], use_es: Callable[[dict, dict], bool],
+                   handler: Callable[[dict, dict], None], backend_choice: bool = False) -> None:
+    """Add ``options`` to command ``name``; call ``handler(kwargs, es_kwargs)`` when ``use_es`` says so.
+
+    With ``backend_choice`` the command's existing ``--backend`` choice gains ``elasticsearch``.
+    """
+    cmd = cli.commands[name]
+    original = cmd.callback
+    names = [o.name for o in options]
+    cmd.params.extend(options)
+    if backend_choice:
+        for param in cmd.params:
+            if param.name == "backend" and isinstance(param.type, click.Choice):
+                param.type = click.Choice(list(param.type.choices) + ["elasticsearch"])
+
+    @functools.wraps(original)
+    def callback(**kwargs: Any) -> Any:
+        mine = {n: kwargs.pop(n) for n in names}
+        if use_es(kwargs, mine):
+            return handler(kwargs, mine)
+        backend = mine.get("backend", kwargs.get("backend"))
+        ctx = click.get_current_context()
+        given = [n for n in ("api_key", "cloud_id")  # from the command line, not from the environment
+                 if mine.get(n) and ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
+        if backend not in (None, "elasticsearch") and given:
+            fail("--api-key and --cloud-id are Elasticsearch options: add --backend elasticsearch")
+        return original(**kwargs)
+
+    cmd.callback = callback
+
+
+def es_client_from_options(conn: dict, es: dict):
+    """An Elasticsearch client from the shared connection options plus ``--api-key``/``--cloud-id``."""
+    from ..elasticsearch.client import make_es_client
+
+    ctx = click.get_current_context()
+    explicit = ctx.get_parameter_source("url") == click.core.ParameterSource.COMMANDLINE
+    url = conn.get("url") if explicit else (os.environ.get("ELASTICSEARCH_URL") or conn.get("url"))
+    if es.get("cloud_id"):
+        url = None
+    user = conn.get("user") or os.environ.get("ELASTICSEARCH_USER")
+    password = conn.get("password") or os.environ.get("ELASTICSEARCH_PASSWORD")
+    if not url and not es.get("cloud_id"):
+        fail("the elasticsearch backend needs --url (or ELASTICSEARCH_URL) or --cloud-id")
+    with user_errors():
+        return make_es_client(url, cloud_id=es.get("cloud_id"), api_key=es.get("api_key"), user=user,
+                              password=password, ca_certs=conn.get("ca_certs"), insecure=bool(conn.get("insecure")),
+                              request_timeout=conn.get("request_timeout") or 60.0, max_retries=conn.get("max_retries") or 3)
+
+
+# ---- export --target ----------------------------------------------------------------------------
+
+def _export(kw: dict, es: dict) -> None:
+    from ..elasticsearch.export import export_elasticsearch
+    from ..opensearch.artifacts import export_bundle
+
+    out: dict[str, Any] = {}
+    with user_errors():
+        if es["target"] == "both":
+            out["opensearch"] = export_bundle(kw["model_dir"], kw["out_dir"], idf_corpus=kw["idf_corpus"],
+                                              prune=kw["prune"], key_format=kw["key_format"], verify=kw["verify"],
+                                              name=kw["name"], version=kw["model_version"], idf_json=kw["idf_json"])
+        elif kw["prune"]:
+            fail("--prune is an OpenSearch export option (the Elasticsearch model is not pruned in the graph)")
+        out["elasticsearch"] = export_elasticsearch(kw["model_dir"], kw["out_dir"], model_id=es["es_model_id"],
+                                                    verify=kw["verify"])
+    echo_json(out if len(out) > 1 else out["elasticsearch"])
+
+
+extend_command("export", [
+    click.Option(["--target"], type=click.Choice(["opensearch", "elasticsearch", "both"]), default="opensearch",
+                 show_default=True, help="opensearch: the ML Commons bundle; elasticsearch: OUT/elasticsearch/ "
+                 "(text_expansion trained model, vocabulary, config); both."),
+    click.Option(["--es-model-id"], default=None, help="Elasticsearch trained-model id [default: lsr-<model name>]."),
+], lambda kw, es: es["target"] != "opensearch", _export)
+
+
+# ---- deploy-model --backend elasticsearch --------------------------------------------------------
+
+def _deploy(kw: dict, es: dict) -> None:
+    from ..elasticsearch.deploy import ClientTransport, EsDeployConfig, RecordingTransport, deploy_es_model
+
+    if kw.get("requests_file") and not kw.get("dry_run"):
+        fail("--requests only applies with --dry-run")
+    with user_errors():
+        config = EsDeployConfig(model_id=es["model_id"], replace=es["replace"], inference_endpoint=es["inference_endpoint"],
+                                timeout_s=kw["timeout_s"])
+    if kw.get("dry_run"):
+        rec = RecordingTransport()
+        with user_errors():
+            result = deploy_es_model(kw["bundle"], rec, config, progress=False)
+            if kw.get("requests_file"):
+                rec.write_ndjson(kw["requests_file"])
+        echo_json({"dry_run": True, "backend": "elasticsearch", "requests": len(rec.requests),
+                   "requests_file": kw.get("requests_file"), "model_id": result["model_id"],
+                   "sequence": [f"{r['method']} {r['path']}" for r in rec.requests]})
+        return
+    client = es_client_from_options(kw, es)
+    with user_errors():
+        echo_json(deploy_es_model(kw["bundle"], ClientTransport(client), config))
+
+
+extend_command("deploy-model", [
+    click.Option(["--backend"], type=click.Choice(["opensearch", "elasticsearch"]), default="opensearch",
+                 show_default=True, help="Where to deploy: ML Commons or an Elasticsearch trained model."),
+    *_es_connection(),
+    click.Option(["--model-id"], default=None, help="Elasticsearch: trained-model id [default: the export's]."),
+    click.Option(["--inference-endpoint"], default=None,
+                 help="Elasticsearch: also create PUT _inference/sparse_embedding/<id> (elasticsearch service)."),
+    click.Option(["--replace"], is_flag=True, help="Elasticsearch: replace a different model under the same id."),
+], lambda kw, es: es["backend"] == "elasticsearch", _deploy)
+
+
+# ---- index --backend elasticsearch -----------------------------------------------------------------
+
+def _index(kw: dict, es: dict) -> None:
+    from ..elasticsearch.bulk import EsBulkWriter, EsDocumentWriter
+    from ..encoding.job import IndexJobConfig, run_index_job
+
+    if kw["resume"] and kw["restart"]:
+        fail("--resume and --restart contradict each other: pick one")
+    if kw["key_format"] != "word" or kw["long_text"] != "truncate":
+        fail("the elasticsearch backend indexes token keys (--key-format word) of truncated texts (--long-text truncate)")
+    client = es_client_from_options(kw, es)
+    with user_errors(first_line=True):
+        config = IndexJobConfig(corpus=kw["corpus"], model=kw["model"], backend="opensearch", index=kw["index_name"],
+                                work_dir=kw["work_dir"] or os.path.join("lsr-os-jobs", "elasticsearch", kw["index_name"]),
+                                corpus_format=kw["corpus_format"], id_field=kw["id_field"],
+                                corpus_text_field=kw["corpus_text_field"], corpus_title_field=kw["corpus_title_field"],
+                                invalid_utf8=kw["invalid_utf8"], prune=kw["prune"], batch_size=kw["batch_size"],
+                                chunk_docs=kw["chunk_docs"], device=kw["device"], precision=kw["precision"],
+                                text_field=kw["text_field"], sparse_field=kw["sparse_field"], limit=kw["limit"],
+                                threads=kw["threads"])
+        writer = EsDocumentWriter(EsBulkWriter(client, kw["index_name"]), sparse_field=kw["sparse_field"])
+        summary = run_index_job(config, resume=kw["resume"], restart=kw["restart"], writer=writer,
+                                progress=not kw["no_progress"])
+    summary["backend"] = "elasticsearch"  # the job's Backend literal has no elasticsearch entry yet
+    echo_json(summary)
+
+
+extend_command("index", _es_connection(), lambda kw, es: kw["backend"] == "elasticsearch", _index,
+               backend_choice=True)
+
+
+# ---- search / eval --backend elasticsearch -----------------------------------------------------------
+
+def _search(kw: dict, es: dict) -> None:
+    from ..elasticsearch.engine import ElasticsearchEngine
+    from ..elasticsearch.query import query_vector_for, rrf_body, search_body, sparse_vector_query
+
+    field = kw["field"] or "sparse_embedding"
+    with user_errors():
+        if kw["mode"] in ("tokens", "hybrid") and kw["model"]:
+            clause = sparse_vector_query(field, query_vector=query_vector_for(kw["query_text"], kw["model"]))
+        elif kw["mode"] in ("model", "hybrid") and kw["model_id"]:
+            clause = sparse_vector_query(field, inference_id=kw["model_id"], query=kw["query_text"])
+        else:
+            raise ValueError("--backend elasticsearch: --mode tokens needs --model (bundle or encoder), --mode model "
+                             "needs --model-id (deployed model or inference endpoint)")
+        body = (rrf_body(kw["text_field"], kw["query_text"], clause, size=kw["size"], rank_constant=kw["rank_constant"])
+                if kw["mode"] == "hybrid" else search_body(clause, size=kw["size"]))
+    if kw["show_query"]:
+        echo_json(body)
+    engine = ElasticsearchEngine(es_client_from_options(kw, es))
+    with user_errors():
+        resp = engine.search(kw["index_ref"], body)
+    echo_json(resp if kw["as_json"] else [{"_id": h["_id"], "_score": h["_score"]} for h in resp["hits"]["hits"]])
+
+
+def _eval(kw: dict, es: dict) -> None:
+    from ..elasticsearch.engine import ElasticsearchEngine
+    from ..elasticsearch.evaluate import EsEvalConfig, evaluate_es
+
+    with user_errors():
+        config = EsEvalConfig(dataset=kw["dataset"], split=kw["split"], index=kw["index_ref"] or "",
+                              query_mode="model" if kw["query_mode"] == "model" and kw["model_id"] else "tokens",
+                              model=kw["idf"] or kw["model"], inference_id=kw["model_id"],
+                              hybrid=kw["hybrid"] == "rrf", rank_constant=kw["rank_constant"],
+                              max_queries=kw["max_queries"])
+    engine = ElasticsearchEngine(es_client_from_options(kw, es))
+    with user_errors():
+        echo_json(evaluate_es(config, kw["out_dir"], engine.search))
+
+
+extend_command("search", _es_connection(), lambda kw, es: kw["backend"] == "elasticsearch", _search,
+               backend_choice=True)
+extend_command("eval", _es_connection(), lambda kw, es: kw["backend"] == "elasticsearch", _eval,
+               backend_choice=True)

@@ -1,0 +1,87 @@
+"""The CLI surface: export --target, deploy-model/index/search/eval --backend elasticsearch (double), dry run."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from opensearch_lsr.cli import cli
+
+CORPUS = {"d1": "서울은 한국의 수도이다", "d2": "고양이가 집에 있다", "d3": "the capital of korea is seoul"}
+
+
+def _json(result):
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_export_target_both_writes_both_artifacts(tmp_path):
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(cli, ["export", "splade-tiny", "--out", str(out), "--target", "both", "--no-verify"])
+    data = _json(res)
+    assert set(data) == {"opensearch", "elasticsearch"}
+    assert (out / "sparse_encoding.zip").is_file() and (out / "elasticsearch" / "traced_pytorch_model.pt").is_file()
+    assert data["elasticsearch"]["disallowed_operations"] == []
+
+
+def test_dry_run_requests_file_is_valid_against_the_spec(es_bundle, tmp_path):
+    from es_double import EsSpecValidator
+
+    req = tmp_path / "requests.ndjson"
+    res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch", "--dry-run",
+                                   "--requests", str(req), "--inference-endpoint", "ko-ep"])
+    data = _json(res)
+    lines = [json.loads(l) for l in req.read_text().splitlines()]
+    assert data["requests"] == len(lines) and data["sequence"][0].startswith("GET /_ml/trained_models/")
+    validator = EsSpecValidator.shared()
+    for line in lines:
+        body = json.dumps(line["body"]).encode() if "body" in line else None
+        errors = validator.validate(line["method"], line["path"], {k: str(v) for k, v in line.get("query", {}).items()},
+                                    body).errors
+        assert errors == [], (line["path"], errors)
+
+
+def test_deploy_index_search_eval_on_the_double(es_double, es_bundle, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENSEARCH_URL", raising=False)
+    monkeypatch.setenv("ELASTICSEARCH_URL", es_double.url)
+    runner = CliRunner()
+    dep = _json(runner.invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch",
+                                    "--inference-endpoint", "ko-ep"]))
+    assert dep["state"] == "started"
+    from opensearch_lsr.elasticsearch.client import make_es_client
+    from opensearch_lsr.elasticsearch.engine import ElasticsearchEngine
+
+    ElasticsearchEngine(make_es_client(es_double.url)).create_index("docs")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in CORPUS.items()),
+                      encoding="utf-8")
+    summary = _json(runner.invoke(cli, ["index", "--corpus", str(corpus), "--model", "splade-tiny", "--backend",
+                                        "elasticsearch", "--index", "docs", "--work-dir", str(tmp_path / "job"),
+                                        "--no-progress", "--threads", "1"]))
+    assert summary["indexed"] == 3 and summary["backend"] == "elasticsearch"
+    hits = _json(runner.invoke(cli, ["search", "--index", "docs", "--backend", "elasticsearch", "--mode", "model",
+                                     "--model-id", "ko-ep", "capital of korea"]))
+    assert hits[0]["_id"] == "d3"
+    ds = tmp_path / "ds"
+    (ds / "qrels").mkdir(parents=True)
+    (ds / "corpus.jsonl").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    (ds / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "capital of korea"}) + "\n", encoding="utf-8")
+    (ds / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td3\t1\n", encoding="utf-8")
+    ev = _json(runner.invoke(cli, ["eval", "--dataset", str(ds), "--model", "splade-tiny", "--backend", "elasticsearch",
+                                   "--index", "docs", "--query-mode", "model", "--model-id", "ko-ep",
+                                   "--out", str(tmp_path / "eval")]))
+    assert ev["metrics"]["mrr@10"] == 1.0 and (tmp_path / "eval" / "run.json").is_file()
+    assert es_double.violations == []
+
+
+def test_connection_errors_are_one_sentence(monkeypatch, es_bundle):
+    monkeypatch.delenv("ELASTICSEARCH_URL", raising=False)
+    monkeypatch.delenv("OPENSEARCH_URL", raising=False)
+    res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch"])
+    assert res.exit_code != 0 and "needs --url" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--api-key", "abc", "--url", "http://x:9200"])
+    assert res.exit_code != 0 and "add --backend elasticsearch" in res.output
+    secret = "s3cr3t-key"
+    res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch", "--url", "ftp://x",
+                                   "--api-key", secret])
+    assert res.exit_code != 0 and secret not in res.output
