@@ -65,6 +65,7 @@ class ElasticsearchDouble:
         self.request_log: list[dict[str, Any]] = []
         self.violations: list[dict[str, Any]] = []
         self.fail_next_start: str | None = None
+        self.reject_item_ids: dict[str, tuple[int, str, str]] = {}  # _id -> (status, type, reason) per bulk item
         self.faults: list[list] = []  # [method, path regex, status, times]
         self.lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -436,6 +437,8 @@ class ElasticsearchDouble:
             name = info.get("_index") or default_index
             did = str(info["_id"])
             try:
+                if did in self.reject_item_ids:
+                    raise EsApiError(*self.reject_item_ids[did])
                 idx = self._index(name)
                 pipeline = query.get("pipeline") or info.get("pipeline") or idx["default_pipeline"]
                 if pipeline and pipeline != "_none":

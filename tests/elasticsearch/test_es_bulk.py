@@ -1,0 +1,83 @@
+"""Bulk + the index job on the double: dead letters, retries, a cluster that goes away, resume, nothing lost."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opensearch_lsr.elasticsearch.bulk import EsBulkWriter, EsDocumentWriter
+from opensearch_lsr.elasticsearch.engine import ElasticsearchEngine
+from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
+from opensearch_lsr.engines import Engine, make_engine
+
+TEXTS = [f"서울 문서 {i} 한국 capital {i}" for i in range(12)]
+
+
+def _corpus(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}, ensure_ascii=False) + "\n"
+                            for i, t in enumerate(TEXTS)), encoding="utf-8")
+    return path
+
+
+def _config(tmp_path, corpus):
+    return IndexJobConfig(corpus=str(corpus), model="splade-tiny", backend="opensearch", index="docs",
+                          work_dir=str(tmp_path / "job"), batch_size=4, chunk_docs=4)
+
+
+def test_engine_protocol_round_trip(es_double, es_client):
+    engine = make_engine("elasticsearch", es_client)
+    assert isinstance(engine, Engine) and isinstance(engine, ElasticsearchEngine)
+    engine.create_index("ko")
+    out = engine.bulk("ko", [{"_id": "d1", "_source": {"text": "집", "sparse_embedding": {"집": 1.3, "u.s": 0.7}}},
+                             {"_id": "d2", "_source": {"text": "집", "sparse_embedding": {"집": 0.2}}}])
+    assert [o.ok for o in out] == [True, True]
+    es_client.indices.refresh(index="ko")
+    hits = engine.search("ko", {"query": {"sparse_vector": {"field": "sparse_embedding",
+                                                            "query_vector": {"집": 2.0, "u__s": 1.0}}}})["hits"]["hits"]
+    from es_double import trunc9
+
+    assert [h["_id"] for h in hits] == ["d1", "d2"]
+    assert hits[0]["_score"] == pytest.approx(2 * trunc9(1.3) + trunc9(0.7), rel=1e-6)
+    assert es_double.violations == []
+
+
+def test_dead_letters_and_retried_items(es_double, es_client, tmp_path):
+    engine = ElasticsearchEngine(es_client)
+    engine.create_index("docs")
+    es_double.reject_item_ids["d3"] = (400, "document_parsing_exception", "failed to parse field [text]")
+    es_double.faults.append(["PUT", r"/_bulk$", 503, 1])
+    es_double.faults.append(["POST", r"/_bulk$", 503, 1])
+    writer = EsDocumentWriter(EsBulkWriter(es_client, "docs", initial_backoff=0.01, max_backoff=0.02))
+    summary = run_index_job(_config(tmp_path, _corpus(tmp_path)), writer=writer, progress=False)
+    assert summary["indexed"] == 11 and summary["dead_lettered"] == 1
+    dead = [json.loads(l) for l in open(summary["dead_letter_file"], encoding="utf-8")]
+    assert dead[0]["_id"] == "d3" and "failed to parse" in dead[0]["reason"]
+    assert es_client.count(index="docs")["count"] == 11
+
+
+def test_cluster_down_stops_with_a_checkpoint_and_resume_loses_nothing(es_double, es_client, tmp_path):
+    from opensearch_lsr.opensearch.bulk import BulkWriteError
+
+    ElasticsearchEngine(es_client).create_index("docs")
+    corpus = _corpus(tmp_path)
+    writer = EsDocumentWriter(EsBulkWriter(es_client, "docs", max_retries=1, initial_backoff=0.01, max_backoff=0.02))
+    calls = {"n": 0}
+    original = writer.write
+
+    def flaky(actions):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            es_double.faults.extend([["PUT", r"/_bulk$", 503, 50], ["POST", r"/_bulk$", 503, 50]])
+        return original(actions)
+
+    writer.write = flaky
+    with pytest.raises(BulkWriteError):
+        run_index_job(_config(tmp_path, corpus), writer=writer, progress=False)
+    es_double.faults.clear()
+    es_client.indices.refresh(index="docs")
+    assert es_client.count(index="docs")["count"] == 4  # the first chunk was acknowledged and checkpointed
+    writer2 = EsDocumentWriter(EsBulkWriter(es_client, "docs"))
+    summary = run_index_job(_config(tmp_path, corpus), writer=writer2, resume=True, progress=False)
+    assert summary["indexed"] == 12 and summary["dead_lettered"] == 0
+    assert es_client.count(index="docs")["count"] == 12
