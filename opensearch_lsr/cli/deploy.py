@@ -36,6 +36,10 @@ def export_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf_json: s
     OUT/sparse_tokenize.zip (tokenizer.json + idf.json, SPARSE_TOKENIZE, the inference-free
     query side) and OUT/manifest.json (hashes, vocabulary, versions), then prints the manifest.
     Next: `lsr-os deploy-model OUT --url ...`.
+    \b
+    Device: the TorchScript is traced on CPU and holds CPU device constants, so it deploys on
+    CPU ML nodes (ML Commons' default) only; on a GPU ML node DJL warms the model up on the GPU
+    and the deploy fails with "Failed to deploy model".
     """
     from ..opensearch.artifacts import export_bundle
 
