@@ -203,7 +203,7 @@ class NoriAnalyzer:
             out.append(NoriToken(term, pos, inc + skipped))
             skipped = 0
         result = tuple(out)
-        if len(self._cache) < 4096:  # queries repeat (hybrid sub-queries, sweeps); passages rarely do
+        if len(text) <= 256 and len(self._cache) < 65536:  # queries repeat (hybrid sub-queries, sweeps)
             self._cache[text] = result
         return result
 
