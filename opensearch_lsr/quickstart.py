@@ -232,10 +232,10 @@ def run_quickstart(config: QuickstartConfig, echo: Callable[[str], None] = logge
 
 
 def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> dict:
-    from .evaluation.pipeline import (TEXT_FIELD, VECTOR_FIELD, EvalConfig, index_documents, run_evaluation)
+    from .evaluation.pipeline import TEXT_FIELD, VECTOR_FIELD, EvalConfig, index_local, run_evaluation
     from .evaluation.report import markdown_table
     from .inference_free import build_inference_free
-    from .local.encoders import SparseKeyedEncoder, csr_rows_to_dicts
+    from .local.encoders import SparseKeyedEncoder
     from .local.index import LocalIndex
     from .opensearch.query import bool_query, neural_sparse_query, search_body, tokenize_query
 
@@ -293,14 +293,13 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     ds = load_beir(beir, "dev")
     index_dir = work / "index"
     t0 = time.perf_counter()
-    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": "nori"},
-                                                          VECTOR_FIELD: {"type": "rank_features"}}}, exist_ok=True)
     encoder = SparseKeyedEncoder(str(model_dir))
-    if index.count() != len(ds.corpus):
+    index = LocalIndex.open(index_dir) if LocalIndex.exists(index_dir) else None
+    if index is None or index.count() != len(ds.corpus):
         doc_ids = list(ds.corpus)
         texts = [ds.corpus[d] for d in doc_ids]
         echo(f"[index] encoding {len(texts)} passages with the SemBridge document encoder ...")
-        index_documents(index, doc_ids, texts, csr_rows_to_dicts(encoder.to_csr(texts, "document"), encoder.keys))
+        index = index_local(index_dir, doc_ids, texts, str(model_dir))
     timings["index"] = time.perf_counter() - t0
     echo(f"[index] {index_dir}: {index.count()} documents (rank_features field {VECTOR_FIELD!r})")
 

@@ -132,11 +132,13 @@ class DocumentBuilder:
 
 
 def flat_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAULT_VECTOR_FIELD,
-                 key_format: KeyFormat = "word") -> dict:
-    """Minimal mapping for flat documents (the full templates live in ``mappings/``)."""
+                 key_format: KeyFormat = "word", text_analyzer: str | None = None) -> dict:
+    """Minimal mapping for flat documents (the full templates live in ``mappings/``); ``text_analyzer``
+    names the text field's analyzer (e.g. ``"nori"``; default: the engine's standard analyzer)."""
     sparse = {"type": "rank_features"} if key_format == "word" else {
         "type": "sparse_vector", "method": {"name": "seismic"}}
-    return {"properties": {"id": {"type": "keyword"}, text_field: {"type": "text"}, sparse_field: sparse}}
+    text = {"type": "text", **({"analyzer": text_analyzer} if text_analyzer else {})}
+    return {"properties": {"id": {"type": "keyword"}, text_field: text, sparse_field: sparse}}
 
 
 def nested_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAULT_VECTOR_FIELD,

@@ -172,6 +172,7 @@ class SparseDocumentEncoder:
     ) -> None:
         from transformers import AutoModelForMaskedLM
 
+        from ..inference_free import inference_free_parts, is_inference_free
         from ..transfer.surgery import load_target_tokenizer, resolve_model_path
 
         if precision not in get_args(Precision):
@@ -184,6 +185,8 @@ class SparseDocumentEncoder:
         if num_threads and self.device.type == "cpu":
             torch.set_num_threads(int(num_threads))
         path = resolve_model_path(str(model))
+        if is_inference_free(path):  # a doc-only Router: the document route is the model that is exported
+            path = str(inference_free_parts(path)[0])
         self.model_path = path
         self.tokenizer = load_target_tokenizer(path, what="model tokenizer")
         self.model = AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager").eval().to(self.device)

@@ -35,6 +35,7 @@ from ..config import ArtifactConfig, read_json, write_json
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
 from ..errors import LsrError
 from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, flat_mapping, split_passages
+from .indexing import build_actions
 from ..pruning import parse_prune
 from .readers import BadRecord, CorpusRecord, count_records, read_corpus
 
@@ -387,10 +388,8 @@ def run_index_job(
                 encode_counters["passages"] += len(records)
             else:
                 encode_counters["truncated"] += sum(over)
-                for rec, vec in zip(records, vectors):
-                    did = doc_id_for(rec.doc_id, rec.text)
-                    actions.append({"_id": did, "_source": builder.source(did, rec.text, vec)})
-                    sources[did] = rec.source
+                actions = build_actions([(rec.doc_id, rec.text) for rec in records], vectors, builder)
+                sources = {action["_id"]: rec.source for action, rec in zip(actions, records)}
         counters_now = Counter(state["counters"])
         counters_now.update(encode_counters)
         state = dict(state, counters=counters_now)

@@ -27,16 +27,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..config import ArtifactConfig
+from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
 from .datasets import BeirDataset, load_beir
 from .metrics import evaluate_run
 
 __all__ = ["EvalConfig", "SearchBackend", "OpenSearchBackend", "cap_corpus", "dicts_to_csr",
-           "index_documents", "search_run", "run_evaluation", "VECTOR_FIELD", "TEXT_FIELD"]
+           "search_run", "run_evaluation", "VECTOR_FIELD", "TEXT_FIELD"]
 
 logger = logging.getLogger(__name__)
 
-VECTOR_FIELD = "passage_embedding"
-TEXT_FIELD = "passage_text"
+#: The fields evaluation indexes and queries: the toolkit's defaults, so `lsr-os index` output evaluates as is.
+VECTOR_FIELD = DEFAULT_VECTOR_FIELD
+TEXT_FIELD = DEFAULT_TEXT_FIELD
 QUERY_MODES = ("model", "tokens")
 BACKENDS = ("local", "opensearch")
 
@@ -131,17 +133,33 @@ def dicts_to_csr(rows: Sequence[Mapping[str, float]], vocab: dict[str, int] | No
     return mat, vocab
 
 
-def index_documents(index, doc_ids: Sequence[str], texts: Sequence[str], vectors: Sequence[Mapping[str, float]],
-                    batch: int = 1000) -> None:
-    """Bulk-load ``{passage_text, passage_embedding}`` documents into a ``LocalIndex``."""
-    for start in range(0, len(doc_ids), batch):
-        actions = [{"_id": d, "_source": {TEXT_FIELD: t, VECTOR_FIELD: dict(v)}}
-                   for d, t, v in zip(doc_ids[start:start + batch], texts[start:start + batch],
-                                      vectors[start:start + batch])]
-        resp = index.bulk(actions)
-        if resp["errors"]:
-            bad = next(next(iter(i.values())) for i in resp["items"] if "error" in next(iter(i.values())))
-            raise ValueError(f"indexing failed for document {bad['_id']}: {bad['error']['reason']}")
+def index_local(index_path: Path, doc_ids: Sequence[str], texts: Sequence[str], model: str) -> Any:
+    """A fresh local index of the documents, through the indexing path of ``lsr-os index``
+    (:func:`~opensearch_lsr.encoding.indexing.index_records`); nori on the text field."""
+    from ..encoding.documents import flat_mapping
+    from ..encoding.encoder import SparseDocumentEncoder
+    from ..encoding.indexing import index_records
+    from ..encoding.writers import LocalIndexWriter
+
+    writer = LocalIndexWriter(index_path, flat_mapping(TEXT_FIELD, VECTOR_FIELD, text_analyzer="nori"))
+    counts = index_records(zip(doc_ids, texts), SparseDocumentEncoder(model), writer)
+    writer.close()
+    if counts.failed:
+        bad = counts.errors[0]
+        reason = bad["error"].get("reason") if isinstance(bad["error"], dict) else bad["error"]
+        raise ValueError(f"indexing failed for document {bad['_id']}: {reason}")
+    return writer.index
+
+
+def vector_field_of(index: Any) -> str:
+    """The ``rank_features`` field to search in a local index: the default one, else the only one."""
+    fields = index.vector_fields
+    if VECTOR_FIELD in fields or not fields:
+        return VECTOR_FIELD
+    if len(fields) == 1:
+        return fields[0]
+    raise ValueError(f"the index has several rank_features fields ({', '.join(fields)}) and none is "
+                     f"{VECTOR_FIELD!r}: evaluate an index made by `lsr-os index`")
 
 
 def search_run(backend: SearchBackend, bodies: Mapping[str, dict]) -> dict[str, dict[str, float]]:
@@ -214,7 +232,7 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
 
     Returns the result dict (also ``out_dir/report.json``).
     """
-    from ..local.encoders import SparseKeyedEncoder, csr_rows_to_dicts
+    from ..local.encoders import SparseKeyedEncoder
     from ..local.index import LocalIndex
     from ..opensearch.query import neural_sparse_query, search_body, tokenize_query
     from .plots import plot_effectiveness_vs_flops
@@ -242,19 +260,16 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
                 import shutil
 
                 shutil.rmtree(index_path)
-            index = LocalIndex.create(index_path, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": "nori"},
-                                                                  VECTOR_FIELD: {"type": "rank_features"}}})
-            doc_csr = encoder.to_csr(dtexts, "document", config.batch_size, show_progress_bar)
-            timings["encode_documents"] = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            index_documents(index, doc_ids, dtexts, csr_rows_to_dicts(doc_csr, encoder.keys))
-            timings["index_documents"] = time.perf_counter() - t1
+            index = index_local(index_path, doc_ids, dtexts, config.model)
+            timings["index_documents"] = time.perf_counter() - t0
         backend: SearchBackend = index
-        docs_mat, index_doc_ids, terms = index.doc_matrix(VECTOR_FIELD, truncated=False)
+        field = vector_field_of(index)
+        docs_mat, index_doc_ids, terms = index.doc_matrix(field, truncated=False)
     else:
         if client is None or not config.index:
             raise ValueError("the opensearch backend needs a client and the name of a filled index (--index)")
         backend = OpenSearchBackend(client, config.index)
+        field = VECTOR_FIELD
         doc_csr = encoder.to_csr(dtexts, "document", config.batch_size, show_progress_bar)
         docs_mat, index_doc_ids, terms = doc_csr, doc_ids, list(encoder.keys)
         timings["encode_documents"] = time.perf_counter() - t0
@@ -271,10 +286,10 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     bodies: dict[str, dict | None] = {}
     for qid, text, qd in zip(qids, qtexts, qdicts):
         if config.backend == "opensearch" and config.query_mode == "model" and config.model_id:
-            query = neural_sparse_query(VECTOR_FIELD, query_text=text, model_id=config.model_id)
+            query = neural_sparse_query(field, query_text=text, model_id=config.model_id)
         else:
             tokens = _query_tokens(qd)
-            query = neural_sparse_query(VECTOR_FIELD, query_tokens=tokens) if tokens else None
+            query = neural_sparse_query(field, query_tokens=tokens) if tokens else None
         bodies[qid] = None if query is None else search_body(query, size=config.k, source=False)
     t0 = time.perf_counter()
     run = search_run(backend, bodies)
