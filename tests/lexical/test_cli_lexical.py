@@ -11,6 +11,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from opensearch_lsr.cli import cli  # noqa: E402
 from opensearch_lsr.evaluation.metrics import evaluate_run  # noqa: E402
+from opensearch_lsr.evaluation.pipeline import TEXT_FIELD, VECTOR_FIELD  # noqa: E402
 from opensearch_lsr.lexical.bm25 import LuceneBM25  # noqa: E402
 
 DOCS = {"d1": "서울은 대한민국의 수도이다.", "d2": "파리는 프랑스의 수도이다.", "d3": "고양이는 작은 동물이다.",
@@ -52,7 +53,7 @@ def test_eval_reports_the_nori_row_first_and_the_hybrid(ko_beir, tiny_source_dir
     assert report.index("BM25 (nori analyzer)") < report.index("hybrid BM25")
     assert (out / "run-bm25-nori.trec").exists() and (out / "run-hybrid-min_max.trec").exists()
     res = CliRunner().invoke(cli, ["search", "--index", str(out / "index"), "대한민국 수도", "--mode", "hybrid",
-                                   "--text-field", "passage_text", "--field", "passage_embedding",
+                                   "--text-field", TEXT_FIELD, "--field", VECTOR_FIELD,
                                    "--model", str(tiny_source_dir), "--technique", "rrf", "--show-query"])
     assert res.exit_code == 0, res.output
     assert '"hybrid"' in res.output and "score-ranker-processor" in res.output and " d1 " in res.output
