@@ -326,6 +326,8 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
                 idx = self._get_index(name)
                 return 200, {name: {"settings": _nest(idx.settings), "mappings": idx.mappings, "aliases": {}}}
             if method == "DELETE":
+                if name not in self.indices and _truthy_param(query.get("ignore_unavailable")):
+                    return 200, {"acknowledged": True}  # IndicesOptions.ignoreUnavailable
                 self._get_index(name)
                 del self.indices[name]
                 return 200, {"acknowledged": True}
