@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ArtifactConfig, sha256_file, write_json
+from ..contract import special_token_ids
 from ..errors import LsrError
 from .keys import key_collisions
 from .runtime import EsConformanceError, graph_operations, disallowed_operations
@@ -200,8 +201,7 @@ def export_elasticsearch(
         raise EsExportError("model vocabulary and tokenizer sizes differ")
     vocabulary = [backend.id_to_token(i) for i in range(vocab_size)]
     # the ids the OpenSearch export zeroes too: HF special ids + tokenizer.json's special added tokens
-    special_ids = sorted({int(i) for i in hf_tok.all_special_ids}
-                         | {int(i) for i, t in backend.get_added_tokens_decoder().items() if t.special})
+    special_ids = special_token_ids(hf_tok)
     name = Path(str(mlm.name_or_path or model_dir)).name or "sparse-model"
     if str(model_dir) == "splade-tiny":
         name = "splade-tiny"
