@@ -11,10 +11,13 @@ CREATED->RUNNING->COMPLETED|FAILED [1.6], ``_predict`` response shapes [1.7], mo
 H-export's ``MLCommonsRuntime`` (the conformance runtime that runs a zip the way ML Commons does),
 index create with mappings/analyzers, ``sparse_encoding`` ingest pipelines with prune validation [4.1],
 ``_bulk`` with per-item errors, ``rank_features`` 9-bit storage and ``neural_sparse`` scoring [4.2],
-``sparse_vector`` + ``index.sparse`` [4.3], search pipelines (two-phase is a pass-through: with the
-default window the two-phase result equals the full query's; hybrid normalization/RRF are computed).
+``sparse_vector`` + ``index.sparse`` [4.3], search pipelines (two-phase: applicability, window and
+SEISMIC checks, full-query scores; hybrid normalization/RRF are computed).
 Fault injection: arbitrary status codes per path, task FAILED, chunk corruption (hash mismatch),
 breaker open, per-item bulk rejections.
+
+What issue 13 corrected and every remaining known deviation from a real cluster:
+``docs/opensearch-double-deviations.md``.
 """
 from __future__ import annotations
 
