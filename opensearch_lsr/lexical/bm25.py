@@ -22,9 +22,9 @@ Written by hand, not with ``bm25s``: bm25s (method ``lucene``) uses exact docume
 so it cannot give the quantised-norm scores OpenSearch returns; ``tests/lexical`` checks that with
 ``length_norm="exact"`` this module reproduces bm25s's ``lucene`` scores (times ``1 + k1``).
 
-Deviation (documented in ``docs/nori-baseline.md``): in ``mixed`` decompound mode Lucene's query parser
-turns stacked tokens (position increment 0) into a graph/synonym query; here every query token is an
-independent SHOULD clause. The ``discard`` default has no stacked tokens, so it is exact there.
+:meth:`LuceneBM25.score` treats every query token as a SHOULD clause, which is what a ``discard``
+stream gives; ``mixed`` streams are token graphs, queried clause by clause by
+:func:`opensearch_lsr.lexical.queries.match_clause` (the local backend's ``match``).
 """
 from __future__ import annotations
 

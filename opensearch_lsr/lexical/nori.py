@@ -78,11 +78,13 @@ class NoriConfigError(LsrError, ValueError):
 
 @dataclass(frozen=True)
 class NoriToken:
-    """One token of the analysed stream: term, nori POS tag (left POS) and position increment."""
+    """One token of the analysed stream: term, nori POS tag (left POS), position increment and length
+    (> 1 only for the original token MIXED keeps over its parts)."""
 
     term: str
     pos: str
     position_increment: int = 1
+    position_length: int = 1
 
 
 @lru_cache(maxsize=1)
@@ -139,12 +141,12 @@ class NoriAnalyzer:
 
     # ---- the tokenizer --------------------------------------------------------------------------
 
-    def _tokenizer(self, text: str) -> list[tuple[str, str, str | None, int]]:
-        """``KoreanTokenizer``: ``(surface, left POS, reading, position increment)`` in text order."""
+    def _tokenizer(self, text: str) -> list[tuple[str, str, str | None, int, int]]:
+        """``KoreanTokenizer``: ``(surface, left POS, reading, position increment, position length)``."""
         text = " ".join(text.split())  # MeCab reads one line; whitespace only separates words
         if not text:
             return []
-        out: list[tuple[str, str, str | None, int]] = []
+        out: list[tuple[str, str, str | None, int, int]] = []
         for line in _tagger().parse(text).split("\n"):
             if not line or line == "EOS":
                 continue
@@ -161,7 +163,7 @@ class NoriAnalyzer:
                 else:
                     left_pos = _tag(left)
                 keep_reading = kind == "*" and reading not in ("*", "", surface)
-                out.append((surface, left_pos, reading if keep_reading else None, 1))
+                out.append((surface, left_pos, reading if keep_reading else None, 1, 1))
                 continue
             morphemes = []
             for part in expression.split("+") if expression != "*" else []:
@@ -169,14 +171,14 @@ class NoriAnalyzer:
                 if len(pieces) >= 2 and pieces[0].strip():
                     morphemes.append((pieces[0], _tag(pieces[1])))
             if not morphemes:  # nori emits the token itself when the entry lists no morphemes
-                out.append((surface, _tag(left if left != "*" else tag.split("+")[0]), None, 1))
+                out.append((surface, _tag(left if left != "*" else tag.split("+")[0]), None, 1, 1))
                 continue
             if self.decompound_mode == "mixed":
                 left_pos = _tag(tag.split("+")[0]) if kind == "Compound" else _tag(left)
-                out.append((surface, left_pos, None, 1))
-                out.extend((m, t, None, 0 if i == 0 else 1) for i, (m, t) in enumerate(morphemes))
+                out.append((surface, left_pos, None, 1, len(morphemes)))  # setPositionLength(posLen)
+                out.extend((m, t, None, 0 if i == 0 else 1, 1) for i, (m, t) in enumerate(morphemes))
             else:
-                out.extend((m, t, None, 1) for m, t in morphemes)
+                out.extend((m, t, None, 1, 1) for m, t in morphemes)
         return out
 
     # ---- the filter chain -----------------------------------------------------------------------
@@ -193,14 +195,14 @@ class NoriAnalyzer:
         stop = self.stop_tags or frozenset()
         out: list[NoriToken] = []
         skipped = 0
-        for surface, pos, reading, inc in self._tokenizer(text):
+        for surface, pos, reading, inc, length in self._tokenizer(text):
             if pos in stop:
                 skipped += inc
                 continue
             term = reading if (self.reading_form and reading) else surface
             if self.lowercase:
                 term = term.lower()
-            out.append(NoriToken(term, pos, inc + skipped))
+            out.append(NoriToken(term, pos, inc + skipped, length))
             skipped = 0
         result = tuple(out)
         if len(text) <= 256 and len(self._cache) < 65536:  # queries repeat (hybrid sub-queries, sweeps)

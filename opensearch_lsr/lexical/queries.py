@@ -4,7 +4,10 @@
 field's search analyzer; each token is a ``TermQuery`` clause (SHOULD for ``operator: or``, MUST for
 ``and``), ``minimum_should_match`` counts clauses, the score is the sum of the matching clauses' BM25
 scores times ``boost`` (:class:`~opensearch_lsr.lexical.bm25.LuceneBM25`). A query with no token matches
-nothing (``zero_terms_query: none``, the default).
+nothing (``zero_terms_query: none``, the default). A MIXED nori stream is a token graph (the compound
+spans its parts): as ``QueryBuilder.analyzeGraphBoolean`` does, each span becomes one clause whose
+alternatives are the compound's term and the MUST-conjunction of its parts. (Stacked tokens of equal
+length would be a ``SynonymQuery``; nori does not produce them, and they are scored as alternatives here.)
 
 ``hybrid`` (neural-search ``HybridQueryBuilder``, 1-5 sub-queries, optional ``pagination_depth`` and
 ``filter``): each sub-query is evaluated on its own, contributes its top ``pagination_depth`` (else
@@ -24,8 +27,8 @@ from ..errors import LsrError
 from .bm25 import LuceneBM25, top_rows
 from .fusion import MAX_SUB_QUERIES, HybridFusion
 
-__all__ = ["MatchQuery", "QueryParseError", "parse_match", "match_clause", "hybrid_hits", "match_query",
-           "hybrid_query", "MATCH_PARAMETERS"]
+__all__ = ["MatchQuery", "QueryParseError", "parse_match", "match_clause", "query_graph", "hybrid_hits",
+           "match_query", "hybrid_query", "MATCH_PARAMETERS"]
 
 #: ``match`` parameters the local backend honours.
 MATCH_PARAMETERS = {"query", "operator", "minimum_should_match", "boost", "_name", "zero_terms_query", "analyzer"}
@@ -90,15 +93,57 @@ def _min_should(msm: Any, n: int) -> int:
     return max(0, value)  # more than the clause count matches nothing, as in Lucene
 
 
+def query_graph(tokens: Sequence[Any]) -> list[list[list[str]]] | None:
+    """Lucene ``QueryBuilder.analyzeGraphBoolean`` for a token graph (MIXED decompounding).
+
+    Returns the positional clauses, each a list of alternative paths (terms that must all match; a
+    path query is a MUST ``BooleanQuery``, the alternatives a SHOULD ``newGraphSynonymQuery``), or
+    ``None`` when the stream is flat (no stacked token), where plain term clauses apply.
+    """
+    if not any(t.position_increment == 0 or t.position_length > 1 for t in tokens):
+        return None
+    spans, pos = [], -1
+    for t in tokens:
+        pos = max(pos + t.position_increment, 0)
+        spans.append((pos, pos + max(t.position_length, 1), t.term))
+    spans.sort(key=lambda x: (x[0], -x[1]))
+    segments: list[list[tuple[int, int, str]]] = []
+    end = -1
+    for span in spans:  # split at articulation points: no token spans across them
+        if not segments or span[0] >= end:
+            segments.append([])
+        segments[-1].append(span)
+        end = max(end, span[1])
+    clauses = []
+    for seg in segments:
+        seg_end = max(e for _, e, _ in seg)
+
+        def paths(p: int) -> list[list[str]]:
+            if p >= seg_end:
+                return [[]]
+            here = [(e, term) for s_, e, term in seg if s_ == p]
+            if not here:  # a hole left by a removed token: continue at the next start
+                later = [s_ for s_, _, _ in seg if s_ > p]
+                return paths(min(later)) if later else [[]]
+            return [[term, *rest] for e, term in here for rest in paths(e)]
+
+        clauses.append([path for path in paths(seg[0][0]) if path])
+    return clauses
+
+
 def match_clause(bm25: LuceneBM25, match: MatchQuery, analyzer: Any | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(mask, float64 scores)`` over the index rows for one parsed ``match`` query.
 
     ``analyzer``: the field's search analyzer when it differs from the index analyzer.
     """
-    terms = (analyzer or bm25.analyzer).analyze(match.query)
+    tokens = (analyzer or bm25.analyzer).tokens(match.query)
     n = len(bm25)
-    if not terms:
+    if not tokens:
         return np.zeros(n, bool), np.zeros(n, np.float64)
+    graph = query_graph(tokens)
+    if graph is not None:
+        return _graph_clause(bm25, match, graph)
+    terms = [t.term for t in tokens]
     counts: dict[str, int] = {}
     for t in terms:
         counts[t] = counts.get(t, 0) + 1
@@ -111,6 +156,38 @@ def match_clause(bm25: LuceneBM25, match: MatchQuery, analyzer: Any | None = Non
         matched[rows] += reps
     mask = matched >= max(required, 1)
     # DisjunctionSumScorer sums in double, returns float
+    return mask, np.where(mask, acc.astype(np.float32), 0.0).astype(np.float64)
+
+
+def _graph_clause(bm25: LuceneBM25, match: MatchQuery, graph: list[list[list[str]]]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    n = len(bm25)
+    cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def term(t: str) -> tuple[np.ndarray, np.ndarray]:
+        if t not in cache:
+            rows, s = bm25.term_scores(t, match.boost)
+            present, score = np.zeros(n, bool), np.zeros(n, np.float64)
+            present[rows], score[rows] = True, s
+            cache[t] = (present, score)
+        return cache[t]
+
+    acc = np.zeros(n, np.float64)
+    matched = np.zeros(n, np.int64)
+    for alternatives in graph:
+        seg_hit = np.zeros(n, bool)
+        for path in alternatives:
+            hit = np.ones(n, bool)
+            path_score = np.zeros(n, np.float64)
+            for t in path:
+                present, score = term(t)
+                hit &= present
+                path_score += score
+            acc += np.where(hit, path_score, 0.0)
+            seg_hit |= hit
+        matched += seg_hit
+    required = len(graph) if match.operator == "and" else _min_should(match.minimum_should_match, len(graph))
+    mask = matched >= max(required, 1)
     return mask, np.where(mask, acc.astype(np.float32), 0.0).astype(np.float64)
 
 
