@@ -196,7 +196,10 @@ class OpenSearchBulkWriter:
         Raises:
             BulkTargetError: with the create-index command that fixes it.
         """
+        from opensearchpy.exceptions import ConnectionError as OSConnectionError
         from opensearchpy.exceptions import NotFoundError, TransportError
+
+        from .client import _connection_reason, _host_of
 
         want = "sparse_vector" if key_format == "token_id" else "rank_features"
         fix = (f"lsr-os create-index {self.index}" + (" --kind sparse_vector" if want == "sparse_vector" else "")
@@ -206,6 +209,9 @@ class OpenSearchBulkWriter:
         except NotFoundError as err:
             raise BulkTargetError(f"index {self.index} does not exist; create it first ({fix}): a missing index "
                                   f"would be created with dynamic mappings, one float field per token") from err
+        except OSConnectionError as err:
+            raise BulkTargetError(f"cannot reach the cluster at {_host_of(self.client)}: "
+                                  f"{_connection_reason(err)}") from err
         except TransportError as err:
             raise BulkTargetError(f"reading the mapping of {self.index} failed (HTTP {err.status_code})") from err
         entries = [v for v in res.values() if isinstance(v, dict)] if isinstance(res, dict) else []

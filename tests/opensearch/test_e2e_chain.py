@@ -95,3 +95,13 @@ def test_split_chain_is_mapped_and_searched_nested(double, tmp_path, splade_tiny
     found = _run("search", "stock markets and interest rates", "--index", "long", "--backend", "opensearch",
                  "--mode", "tokens", "--model", splade_tiny_dir, *url)
     assert _top(found) == "d3"
+
+
+def test_index_to_an_unreachable_cluster_fails_in_one_line(tmp_path, splade_tiny_dir):
+    res = CliRunner().invoke(cli, ["index", "--corpus", str(_corpus(tmp_path)), "--model", str(splade_tiny_dir),
+                                   "--backend", "opensearch", "--index", "x", "--work-dir", str(tmp_path / "job"),
+                                   "--no-progress", "--url", "http://127.0.0.1:9", "--max-retries", "0"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert res.stdout.strip() == "" and res.stderr.strip().splitlines()[-1] == (
+        "Error: cannot reach the cluster at http://127.0.0.1:9: connection refused")
+    assert not [line for line in res.stderr.splitlines() if line.startswith(("WARNING", "GET ", "HEAD "))]
