@@ -127,8 +127,9 @@ class EsDeployConfig(ArtifactConfig):
     def __post_init__(self) -> None:
         if self.number_of_allocations < 1 or self.threads_per_allocation < 1:
             raise ValueError("number_of_allocations and threads_per_allocation must be >= 1")
-        if self.threads_per_allocation & (self.threads_per_allocation - 1):
-            raise ValueError("threads_per_allocation must be a power of 2 (Elasticsearch refuses others)")
+        if self.threads_per_allocation > 32 or self.threads_per_allocation & (self.threads_per_allocation - 1):
+            raise ValueError("threads_per_allocation must be a power of 2 less than or equal to 32 "
+                             "(StartTrainedModelDeploymentAction.Request.validate)")
         if not 0 < self.chunk_size <= 64 * 1024 * 1024:
             raise ValueError("chunk_size must be in (0, 64 MiB]")
         if self.timeout_s <= 0 or self.poll_interval_s <= 0:

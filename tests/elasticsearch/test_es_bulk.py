@@ -81,3 +81,25 @@ def test_cluster_down_stops_with_a_checkpoint_and_resume_loses_nothing(es_double
     summary = run_index_job(_config(tmp_path, corpus), writer=writer2, resume=True, progress=False)
     assert summary["indexed"] == 12 and summary["dead_lettered"] == 0
     assert es_client.count(index="docs")["count"] == 12
+
+
+def test_index_options_pruning_applies_when_the_query_does_not_say(es_double, es_client):
+    """8.19 / 9.1: a sparse_vector query without `prune` takes the field's index_options; `prune: false` opts out."""
+    from opensearch_lsr.elasticsearch.client import detect_es_features
+    from opensearch_lsr.elasticsearch.deploy import ClientTransport
+    from opensearch_lsr.elasticsearch.indices import create_index, index_body, index_options
+
+    feats = detect_es_features(es_client)
+    opts = index_options(feats, prune=True, tokens_freq_ratio_threshold=1, tokens_weight_threshold=0.9)
+    create_index(ClientTransport(es_client), "pruned", index_body(feats, options=opts))
+    engine = ElasticsearchEngine(es_client, feats)
+    docs = {f"d{i}": {"common": 1.0, f"rare{i}": 0.5} for i in range(4)}
+    engine.bulk("pruned", [{"_id": k, "_source": {"text": k, "sparse_embedding": v}} for k, v in docs.items()])
+    es_client.indices.refresh(index="pruned")
+    qv = {"common": 0.5, "rare1": 1.0}
+    default = engine.search("pruned", {"query": {"sparse_vector": {"field": "sparse_embedding", "query_vector": qv}}})
+    off = engine.search("pruned", {"query": {"sparse_vector": {"field": "sparse_embedding", "query_vector": qv,
+                                                               "prune": False}}})
+    assert [h["_id"] for h in default["hits"]["hits"]] == ["d1"]  # "common" is frequent and light: pruned
+    assert len(off["hits"]["hits"]) == 4
+    assert es_double.violations == []

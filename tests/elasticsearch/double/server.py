@@ -247,8 +247,9 @@ class ElasticsearchDouble:
         if not self._fully_defined(m):
             raise EsApiError(400, "status_exception", f"model [{mid}] must have a fully uploaded definition and vocabulary")
         threads = int(query.get("threads_per_allocation", 1))
-        if threads & (threads - 1):
-            raise EsApiError(400, "action_request_validation_exception", "[threads_per_allocation] must be a power of 2")
+        if threads < 1 or threads > 32 or threads & (threads - 1):
+            raise EsApiError(400, "action_request_validation_exception",
+                             "Validation Failed: 1: [threads_per_allocation] must be a power of 2 less than or equal to 32;")
         data = b"".join(m["parts"][i] for i in range(m["total_parts"]))
         m["state"], m["started_at"], m["reason"] = "starting", time.monotonic(), None
         if len(data) != m["total_length"]:
@@ -457,6 +458,10 @@ class ElasticsearchDouble:
     def _scores(self, idx: dict[str, Any], query: dict[str, Any]) -> dict[str, float]:
         (kind, body), = query.items()
         docs = idx["visible"]
+        if kind == "sparse_vector" and (("query_vector" in body) == ("query" in body) or
+                                        ("query_vector" in body and "inference_id" in body)):
+            raise EsApiError(400, "illegal_argument_exception", "[sparse_vector] requires one of [query_vector] or "
+                             "[inference_id] for sparse_vector fields")
         if kind == "match_all":
             return {d: 1.0 for d in docs}
         if kind == "sparse_vector":
@@ -465,7 +470,12 @@ class ElasticsearchDouble:
                 qv = body["query_vector"]
             else:
                 qv = self._query_expansion(body["inference_id"], body["query"])
-            qv = self._prune(idx, field, qv, body) if body.get("prune") else qv
+            # SparseVectorFieldType.finalizeSparseVectorQuery (8.19 / 9.1): an unset `prune` takes the field's
+            # index_options (prune, pruning_config)
+            opts = (idx["props"].get(field) or {}).get("index_options") or {}
+            prune = body.get("prune", opts.get("prune", False))
+            cfg = body.get("pruning_config") or (opts.get("pruning_config") if "prune" not in body else None) or {}
+            qv = self._prune(idx, field, qv, {"pruning_config": cfg}) if prune else qv
             out = {}
             for did, doc in docs.items():
                 feats = doc["features"].get(field, {})
