@@ -17,6 +17,10 @@
 * ``manifest.json``: sha256 and size of both zips, vocabulary and tokenizer hashes, key format,
   special ids, pruning, toolkit/torch/transformers versions, conformance report.
 
+Steps of :func:`export_bundle`: key format (:func:`resolve_key_format`), trace
+(:func:`opensearch_lsr.opensearch.trace.trace_encoding_zip`), IDF (:func:`resolve_query_idf`),
+manifest (:func:`build_manifest`), conformance (:func:`~opensearch_lsr.opensearch.conformance.verify_bundle`).
+
 Old runtimes (ML Commons 2.x ships PyTorch 1.13.1, 3.x ships 2.5.1): the model is traced with
 eager attention (no ``scaled_dot_product_attention``, an op 1.13 lacks), with
 ``torch.jit.trace(..., strict=False)`` on a dict input (as opensearch-py-ml does), on CPU,
@@ -40,29 +44,27 @@ import hashlib
 import json
 import logging
 import os
-import re
-import tempfile
 import time
-import zipfile
 from pathlib import Path
-from typing import Any, Dict, Literal
-
+from typing import Any, Literal
 
 from ..config import ArtifactConfig, sha256_file, write_json
 from ..contract import MAX_LENGTH, decode_keys, special_token_ids
 from ..errors import LsrError
 from ..pruning import parse_prune as parse_prune_spec
+from .trace import TORCH_113_MAX_FILE_FORMAT, trace_encoding_zip, write_zip
 
 __all__ = [
     "ExportConfig",
     "ExportError",
-    "SparseEncodingModule",
     "export_bundle",
+    "resolve_key_format",
+    "resolve_query_idf",
+    "build_manifest",
     "parse_prune",
     "detect_key_collisions",
     "build_tokenizer_json",
     "KEY_FORMATS",
-    "TORCH_113_MAX_FILE_FORMAT",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,8 +72,6 @@ logger = logging.getLogger(__name__)
 #: ``auto`` picks ``token_id`` only when the tokenizer's WORD keys collide.
 ExportKeyFormat = Literal["auto", "word", "token_id"]
 KEY_FORMATS: tuple[str, ...] = ("auto", "word", "token_id")
-#: ``kMaxSupportedFileFormatVersion`` of torch 1.13 (caffe2/serialize/versions.h): 0xA.
-TORCH_113_MAX_FILE_FORMAT = 10
 #: Decoders whose single-id decode rewrites tokens so that distinct ids can share one key
 #: (Metaspace ``▁hello`` -> ``hello``) or gain spaces (ByteLevel ``Ġhello`` -> `` hello``).
 COLLIDING_DECODERS: tuple[str, ...] = ("Metaspace", "ByteLevel")
@@ -233,56 +233,6 @@ def build_tokenizer_json(backend, max_length: int, pad_id: int, pad_token: str) 
 # --------------------------------------------------------------------------- model side
 
 
-def _torch_module_class():
-    import torch
-
-    class SparseEncodingModule(torch.nn.Module):
-        """MLM + SPLADE pooling as ML Commons calls it: one dict in, ``{"output": [B, V]}`` out."""
-
-        def __init__(self, mlm, vocab_size: int, special_ids: list[int], pooling: str = "max",
-                     activation: str = "relu", prune_ratio: float | None = None) -> None:
-            super().__init__()
-            if pooling not in ("max", "sum"):
-                raise ValueError(f"pooling must be 'max' or 'sum', got {pooling!r}")
-            if activation not in ("relu", "log1p_relu"):
-                raise ValueError(f"activation must be 'relu' or 'log1p_relu', got {activation!r}")
-            self.mlm = mlm
-            keep = torch.ones(vocab_size, dtype=torch.float32)
-            if special_ids:
-                keep[torch.tensor(sorted(special_ids), dtype=torch.long)] = 0.0
-            self.register_buffer("keep", keep)
-            self.pooling = pooling
-            self.activation = activation
-            self.prune_ratio = float(prune_ratio or 0.0)
-
-        def forward(self, input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:  # noqa: A002 - DJL's name
-            input_ids = input["input_ids"]
-            attention_mask = input["attention_mask"]
-            logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
-            mask = attention_mask.unsqueeze(-1).to(logits.dtype)
-            values = torch.log1p(torch.relu(logits * mask))  # SpladePooling: relu(masked) then log1p
-            if self.activation == "log1p_relu":
-                values = torch.log1p(values)
-            if self.pooling == "max":
-                values = torch.max(values, dim=1)[0]
-            else:
-                values = torch.sum(values, dim=1)
-            values = values * self.keep
-            if self.prune_ratio > 0:
-                threshold = torch.max(values, dim=1, keepdim=True)[0] * self.prune_ratio
-                values = values * (values >= threshold).to(values.dtype)
-            return {"output": values.to(torch.float32)}
-
-    return SparseEncodingModule
-
-
-def __getattr__(name: str):
-    # ``SparseEncodingModule`` is built lazily so importing this module does not import torch.
-    if name == "SparseEncodingModule":
-        return _torch_module_class()
-    raise AttributeError(name)
-
-
 def _resolve_encoder(model_dir: str):
     """Load the SparseEncoder and return (transformer module, pooling config, static IDF or None)."""
     from ..transfer.surgery import TransferInputError, load_sparse_encoder, resolve_model_path
@@ -328,29 +278,95 @@ def _resolve_encoder(model_dir: str):
     return encoder, transformer, pooling, static_idf
 
 
-def _write_zip(path: Path, members: dict[str, Path | bytes]) -> None:
-    """Deterministic zip (fixed timestamps, sorted names) so equal content gives equal sha256."""
-    tmp = path.with_suffix(".zip.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name in sorted(members):
-            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            data = members[name]
-            zf.writestr(info, data.read_bytes() if isinstance(data, Path) else data)
-    os.replace(tmp, path)
+def resolve_key_format(backend: Any, key_format: ExportKeyFormat) -> tuple[str, dict[str, Any]]:
+    """``(word | token_id, collision report)``: ``auto`` takes ``token_id`` when WORD keys collide,
+    ``word`` refuses such a tokenizer (one sentence naming the colliding ids)."""
+    collisions = detect_key_collisions(backend)
+    if not collisions["collides"]:
+        return ("word" if key_format == "auto" else key_format), collisions
+    if key_format == "word":
+        detail = "; ".join(collisions["examples"][:3]) or f"decoder {collisions['risky_decoder']}"
+        raise ExportError("this tokenizer's single-id decode is ambiguous as ML Commons WORD keys "
+                          f"({detail}); export with --key-format token_id (needs OpenSearch 3.2+) instead")
+    return "token_id", collisions
 
 
-def _torchscript_facts(pt_path: Path, traced) -> dict[str, Any]:
-    with zipfile.ZipFile(pt_path) as zf:
-        version_entry = next((n for n in zf.namelist() if n.endswith(("/.data/version", "/version"))), None)
-        file_version = int(zf.read(version_entry).decode().strip()) if version_entry else None
-    ops = sorted({node.kind() for node in traced.inlined_graph.nodes()})
-    return {"file_format_version": file_version, "ops": ops}
+def build_manifest(*, name: str, version: str, enc_zip: Path, pt_name: str, tok_zip: Path, backend: Any,
+                   tok_bytes: bytes, key_format: str, max_length: int, special_ids: list[int], pooling: Any,
+                   prune_ratio: float | None, idf: dict[str, float] | None, idf_source: str,
+                   collisions: dict[str, Any], ts_facts: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``manifest.json``: hashes and sizes of both zips, vocabulary/tokenizer hashes, key format, limits,
+    pooling, pruning, IDF source, TorchScript facts and library versions (the manifest step)."""
+    import tokenizers
+    import torch
+    import transformers
+
+    from .. import __version__ as toolkit_version
+
+    vocab_size = backend.get_vocab_size(with_added_tokens=True)
+    vocab = [backend.id_to_token(i) for i in range(vocab_size)]
+    manifest: dict[str, Any] = {
+        "name": name,
+        "version": version,
+        "sparse_encoding": {
+            "file": enc_zip.name,
+            "sha256": sha256_file(enc_zip),
+            "size_bytes": enc_zip.stat().st_size,
+            "function_name": "SPARSE_ENCODING",
+            "model_format": "TORCH_SCRIPT",
+            "model_file": pt_name,
+        },
+        "sparse_tokenize": {
+            "file": tok_zip.name,
+            "sha256": sha256_file(tok_zip),
+            "size_bytes": tok_zip.stat().st_size,
+            "function_name": "SPARSE_TOKENIZE",
+            "model_format": "TORCH_SCRIPT",
+        },
+        "vocab_size": vocab_size,
+        "vocab_sha256": hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest(),
+        "tokenizer_sha256": hashlib.sha256(tok_bytes).hexdigest(),
+        "key_format": key_format,
+        "min_opensearch_version": "3.2.0" if key_format == "token_id" else "2.11.0",
+        "max_length": max_length,
+        "special_token_ids": special_ids,
+        "pooling": {"strategy": pooling.pooling_strategy, "activation": pooling.activation_function},
+        "prune_type": "max_ratio" if prune_ratio else "none",
+        "prune_ratio": prune_ratio,
+        "idf": {"source": idf_source, "entries": len(idf) if idf is not None else 0},
+        "key_collisions": collisions,
+        "torchscript": ts_facts,
+        "toolkit_version": toolkit_version,
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "tokenizers_version": tokenizers.__version__,
+        "export_seconds": round(seconds, 2),
+    }
+    return manifest
 
 
-def _safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "model"
+def resolve_query_idf(model_dir: str | os.PathLike, transformer: Any, backend: Any, static_idf: Any,
+                      idf_corpus: str | None, idf_json: str | None) -> tuple[dict[str, float] | None, str]:
+    """The ``idf.json`` of the query side and where it came from (the IDF step): a corpus, a given
+    file, the model dir's ``idf.json``, a Router's static query weights, or none (ML Commons: 1.0)."""
+    from ..transfer.surgery import resolve_model_path
+    from .idf import compute_idf, iter_corpus_texts, load_idf
+
+    # an idf.json saved with the model (inference-free Router dirs keep it at their root)
+    model_idf_file = next((c for c in (Path(resolve_model_path(str(model_dir))) / "idf.json",
+                                       Path(str(transformer.auto_model.name_or_path or "")) / "idf.json")
+                           if c.is_file()), None)
+    if idf_corpus:
+        return compute_idf(iter_corpus_texts(idf_corpus), backend), f"corpus:{idf_corpus}"
+    if idf_json:
+        return load_idf(idf_json), f"file:{idf_json}"
+    if model_idf_file is not None:
+        return load_idf(model_idf_file), f"file:{model_idf_file}"
+    if static_idf is not None:
+        from ..inference_free import idf_from_weights
+
+        return idf_from_weights(backend, static_idf.weight), "router:SparseStaticEmbedding"
+    return None, "none"
 
 
 def export_bundle(
@@ -391,11 +407,6 @@ def export_bundle(
     Raises:
         ExportError: bad input; ConformanceError: the exported zip does not conform.
     """
-    import tokenizers
-    import torch
-    import transformers
-
-    from .. import __version__ as toolkit_version
     from .conformance import ConformanceError, verify_bundle
 
     config = ExportConfig(model_dir=str(model_dir), name=name, version=version, prune=prune,
@@ -419,18 +430,7 @@ def export_bundle(
             f"model vocabulary ({out_features}) and tokenizer ({vocab_size} ids) differ; ML Commons needs them equal"
         )
 
-    collisions = detect_key_collisions(backend)
-    if collisions["collides"]:
-        detail = "; ".join(collisions["examples"][:3]) or f"decoder {collisions['risky_decoder']}"
-        if key_format == "word":
-            raise ExportError(
-                "this tokenizer's single-id decode is ambiguous as ML Commons WORD keys "
-                f"({detail}); export with --key-format token_id (needs OpenSearch 3.2+) instead"
-            )
-        resolved_format = "token_id"
-    else:
-        resolved_format = "word" if key_format == "auto" else key_format
-
+    resolved_format, collisions = resolve_key_format(backend, key_format)
     special_ids = special_token_ids(hf_tok)
     max_length = _max_length(hf_tok, mlm.config, getattr(transformer, "max_seq_length", None))
     pad_id = hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0
@@ -443,107 +443,33 @@ def export_bundle(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    # ---- trace: eager attention, CPU, fp32, dict input, strict=False (opensearch-py-ml's recipe)
-    import copy
+    # ---- trace step
+    tok_bytes = tokenizer_text.encode("utf-8")
+    enc_zip = out / "sparse_encoding.zip"
+    pt_name, ts_facts = trace_encoding_zip(mlm, tokenizer_text, enc_zip, model_name=model_name,
+                                           vocab_size=vocab_size, special_ids=special_ids,
+                                           pooling=pooling.pooling_strategy,
+                                           activation=pooling.activation_function, prune_ratio=prune_ratio)
+    if "aten::scaled_dot_product_attention" in ts_facts["ops"]:
+        raise ExportError("the traced graph uses scaled_dot_product_attention; eager attention was not honoured")
+    if ts_facts["file_format_version"] and ts_facts["file_format_version"] > TORCH_113_MAX_FILE_FORMAT:
+        logger.warning("TorchScript file format %s is newer than torch 1.13 reads (%s): OpenSearch 2.x may refuse it",
+                       ts_facts["file_format_version"], TORCH_113_MAX_FILE_FORMAT)
 
-    mlm_export = copy.deepcopy(mlm).to("cpu").float().eval()
-    mlm_export.set_attn_implementation("eager")
-    module_cls = _torch_module_class()
-    wrapper = module_cls(mlm_export, vocab_size, special_ids, pooling.pooling_strategy,
-                         pooling.activation_function, prune_ratio).eval()
-    from tokenizers import Tokenizer
-
-    runtime_tok = Tokenizer.from_str(tokenizer_text)
-    runtime_tok.no_padding()
-    example = runtime_tok.encode("OpenSearch sparse export warm up sentence 서울 한국", add_special_tokens=True)
-    example_input = {
-        "input_ids": torch.tensor([example.ids], dtype=torch.int64),
-        "attention_mask": torch.tensor([example.attention_mask], dtype=torch.int64),
-    }
-    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
-        traced = torch.jit.trace(wrapper, (example_input,), strict=False, check_trace=False)
-        pt_name = f"{_safe_name(model_name)}.pt"
-        pt_path = Path(tmp) / pt_name
-        torch.jit.save(traced, str(pt_path))
-        ts_facts = _torchscript_facts(pt_path, traced)
-        if "aten::scaled_dot_product_attention" in ts_facts["ops"]:
-            raise ExportError("the traced graph uses scaled_dot_product_attention; eager attention was not honoured")
-        if ts_facts["file_format_version"] and ts_facts["file_format_version"] > TORCH_113_MAX_FILE_FORMAT:
-            logger.warning("TorchScript file format %s is newer than torch 1.13 reads (%s): OpenSearch 2.x may refuse it",
-                           ts_facts["file_format_version"], TORCH_113_MAX_FILE_FORMAT)
-        tok_bytes = tokenizer_text.encode("utf-8")
-        enc_zip = out / "sparse_encoding.zip"
-        _write_zip(enc_zip, {pt_name: pt_path, "tokenizer.json": tok_bytes})
-
-    # ---- query side: tokenizer + idf.json
-    from .idf import compute_idf, iter_corpus_texts, load_idf
-
-    from ..transfer.surgery import resolve_model_path
-
-    idf: dict[str, float] | None = None
-    idf_source = "none"
-    # an idf.json saved with the model (inference-free Router dirs keep it at their root)
-    model_idf_file = next((c for c in (Path(resolve_model_path(str(model_dir))) / "idf.json",
-                                       Path(str(transformer.auto_model.name_or_path or "")) / "idf.json")
-                           if c.is_file()), None)
-    if idf_corpus:
-        idf = compute_idf(iter_corpus_texts(idf_corpus), backend)
-        idf_source = f"corpus:{idf_corpus}"
-    elif idf_json:
-        idf = load_idf(idf_json)
-        idf_source = f"file:{idf_json}"
-    elif model_idf_file is not None:
-        idf = load_idf(model_idf_file)
-        idf_source = f"file:{model_idf_file}"
-    elif static_idf is not None:
-        from ..inference_free import idf_from_weights
-
-        idf = idf_from_weights(backend, static_idf.weight)
-        idf_source = "router:SparseStaticEmbedding"
+    # ---- IDF step: the query side (tokenizer + idf.json)
+    idf, idf_source = resolve_query_idf(model_dir, transformer, backend, static_idf, idf_corpus, idf_json)
     tok_members: dict[str, Path | bytes] = {"tokenizer.json": tok_bytes}
     if idf is not None:
         tok_members["idf.json"] = json.dumps(idf, ensure_ascii=False).encode("utf-8")
     tok_zip = out / "sparse_tokenize.zip"
-    _write_zip(tok_zip, tok_members)
+    write_zip(tok_zip, tok_members)
 
-    vocab = [backend.id_to_token(i) for i in range(vocab_size)]
-    manifest: dict[str, Any] = {
-        "name": model_name,
-        "version": str(version),
-        "sparse_encoding": {
-            "file": enc_zip.name,
-            "sha256": sha256_file(enc_zip),
-            "size_bytes": enc_zip.stat().st_size,
-            "function_name": "SPARSE_ENCODING",
-            "model_format": "TORCH_SCRIPT",
-            "model_file": pt_name,
-        },
-        "sparse_tokenize": {
-            "file": tok_zip.name,
-            "sha256": sha256_file(tok_zip),
-            "size_bytes": tok_zip.stat().st_size,
-            "function_name": "SPARSE_TOKENIZE",
-            "model_format": "TORCH_SCRIPT",
-        },
-        "vocab_size": vocab_size,
-        "vocab_sha256": hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest(),
-        "tokenizer_sha256": hashlib.sha256(tok_bytes).hexdigest(),
-        "key_format": resolved_format,
-        "min_opensearch_version": "3.2.0" if resolved_format == "token_id" else "2.11.0",
-        "max_length": max_length,
-        "special_token_ids": special_ids,
-        "pooling": {"strategy": pooling.pooling_strategy, "activation": pooling.activation_function},
-        "prune_type": "max_ratio" if prune_ratio else "none",
-        "prune_ratio": prune_ratio,
-        "idf": {"source": idf_source, "entries": len(idf) if idf is not None else 0},
-        "key_collisions": collisions,
-        "torchscript": ts_facts,
-        "toolkit_version": toolkit_version,
-        "torch_version": torch.__version__,
-        "transformers_version": transformers.__version__,
-        "tokenizers_version": tokenizers.__version__,
-        "export_seconds": round(time.perf_counter() - started, 2),
-    }
+    # ---- manifest step
+    manifest = build_manifest(
+        name=model_name, version=str(version), enc_zip=enc_zip, pt_name=pt_name, tok_zip=tok_zip, backend=backend,
+        tok_bytes=tok_bytes, key_format=resolved_format, max_length=max_length, special_ids=special_ids,
+        pooling=pooling, prune_ratio=prune_ratio, idf=idf, idf_source=idf_source, collisions=collisions,
+        ts_facts=ts_facts, seconds=time.perf_counter() - started)
     config.save(out)
     write_json(out / "manifest.json", manifest)
     if verify:
