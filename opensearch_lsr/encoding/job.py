@@ -18,37 +18,30 @@ Exactly-once, after ``kill -9`` and ``--resume``:
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import queue
 import resource
-import sqlite3
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from ..config import ArtifactConfig, read_json, write_json
+from ..config import ArtifactConfig, write_json
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
 from ..errors import LsrError
 from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, flat_mapping, split_passages
-from .indexing import build_actions
 from ..pruning import parse_prune
+from .indexing import build_actions
+from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, Checkpoint, ReportFile, SeenIds
 from .readers import BadRecord, CorpusRecord, count_records, read_corpus
 
-__all__ = ["Backend", "IndexJobConfig", "IndexJobError", "run_index_job", "default_work_dir"]
+__all__ = ["Backend", "IndexJobConfig", "IndexJobError", "IndexJob", "run_index_job", "default_work_dir"]
 
 logger = logging.getLogger(__name__)
 
 Backend = Literal["local", "opensearch", "ndjson"]
-CHECKPOINT = "checkpoint.json"
-SKIPPED = "skipped.jsonl"
-DEAD_LETTER = "dead_letter.jsonl"
-SUMMARY = "summary.json"
-SEEN_DB = "seen_ids.sqlite"
 
 
 class IndexJobError(LsrError, RuntimeError):
@@ -107,63 +100,8 @@ def default_work_dir(config: IndexJobConfig) -> Path:
     return Path("lsr-os-jobs") / config.index
 
 
-class _SeenIds:
-    """Duplicate-id detection on disk (first occurrence wins), rewindable to a corpus position."""
-
-    def __init__(self, path: Path) -> None:
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS seen (id TEXT PRIMARY KEY, pos INTEGER, source TEXT)")
-        self.db.execute("BEGIN")
-
-    def rewind(self, position: int) -> None:
-        self.db.execute("DELETE FROM seen WHERE pos > ?", (position,))
-        self.commit()
-
-    def first_seen(self, doc_id: str, pos: int, source: str) -> str | None:
-        """``None`` if new (and remember it), else where it was first seen."""
-        cur = self.db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?, ?)", (doc_id, pos, source))
-        if cur.rowcount == 1:
-            return None
-        row = self.db.execute("SELECT source FROM seen WHERE id = ?", (doc_id,)).fetchone()
-        return row[0] if row else "?"
-
-    def commit(self) -> None:
-        self.db.execute("COMMIT")
-        self.db.execute("BEGIN")
-
-    def close(self) -> None:
-        self.db.execute("COMMIT")
-        self.db.close()
-
-
-class _Report:
-    """An append-only JSONL report, fsynced on demand and truncatable to a checkpointed size."""
-
-    def __init__(self, path: Path, size: int | None) -> None:
-        self.path = path
-        if size is not None and path.exists():
-            with open(path, "r+b") as fh:
-                fh.truncate(size)
-        elif size is None and path.exists():
-            path.unlink()
-        self.fh = open(path, "ab")
-
-    def add(self, entry: dict) -> None:
-        self.fh.write(json.dumps(entry, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
-
-    def sync(self) -> int:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        return self.fh.tell()
-
-    def close(self) -> None:
-        self.sync()
-        self.fh.close()
-
-
-def _make_writer(config: IndexJobConfig, client_factory=None):
+def make_writer(config: IndexJobConfig, client_factory=None):
+    """The writer of ``config.backend`` (the index is created for the local backend)."""
     from .writers import LocalIndexWriter, NdjsonWriter, OpenSearchWriter
 
     if config.backend == "local":
@@ -186,190 +124,162 @@ def _make_writer(config: IndexJobConfig, client_factory=None):
     return OpenSearchWriter(bulk)
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+@dataclass
+class _Progress:
+    """Where a chunk leaves the reader: position/offset of its last record, skipped-file size, counters."""
+
+    position: int
+    offset: int | None
+    skipped_size: int
+    counters: Counter
 
 
-def run_index_job(
-    config: IndexJobConfig,
-    *,
-    resume: bool = False,
-    restart: bool = False,
-    writer=None,
-    client_factory=None,
-    encoder=None,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Run (or resume) an index job; returns the summary (also saved as ``summary.json``).
+class IndexJob:
+    """One run (or resumption) of an index job: reader -> encoder -> documents -> writer thread -> checkpoint.
 
     Args:
         config: the job options.
-        resume: continue from the checkpoint in the work dir (fresh start when there is none).
-        restart: discard a previous checkpoint and reports and start over.
         writer: a ready :class:`~opensearch_lsr.encoding.writers.DocumentWriter` (tests, custom
             backends); by default one is made from ``config.backend``.
-        client_factory: zero-argument callable returning an ``OpenSearchBulkWriter`` (opensearch backend).
-        encoder: a ready :class:`SparseDocumentEncoder` (reuse across runs); built from the config otherwise.
+        client_factory: zero-argument callable returning an ``opensearch-py`` client (opensearch backend).
+        encoder: a ready :class:`~.encoder.SparseDocumentEncoder` (reuse across runs); built from the config otherwise.
         progress: show a tqdm bar.
-
-    Raises:
-        IndexJobError: a stale checkpoint without ``resume``/``restart``, or the backend failing.
     """
-    from tqdm.auto import tqdm
 
-    from .encoder import SparseDocumentEncoder
-    from .parallel import DevicePool, resolve_devices
+    def __init__(self, config: IndexJobConfig, *, writer=None, client_factory=None, encoder=None,
+                 progress: bool = True) -> None:
+        self.config = config
+        self.writer = writer
+        self.client_factory = client_factory
+        self.encoder = encoder
+        self.progress = progress
+        self.work = default_work_dir(config)
+        self.timing = {"encode": 0.0, "write": 0.0}
+        self.failure: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
+        self.pending: deque = deque()
+        self.main_counters: Counter = Counter()
+        self.encode_counters: Counter = Counter()
+        self.writer_counters: Counter = Counter()
 
-    work = default_work_dir(config)
-    work.mkdir(parents=True, exist_ok=True)
-    ckpt_path = work / CHECKPOINT
-    checkpoint: dict[str, Any] | None = None
-    if ckpt_path.exists():
-        if restart:
-            for name in (CHECKPOINT, SKIPPED, DEAD_LETTER, SUMMARY, SEEN_DB, SEEN_DB + "-wal", SEEN_DB + "-shm"):
-                (work / name).unlink(missing_ok=True)
-        elif resume:
-            checkpoint = read_json(ckpt_path)
-            if checkpoint.get("corpus") != str(config.corpus) or checkpoint.get("index") != str(config.index):
-                raise IndexJobError(f"the checkpoint in {work} is for another corpus/index "
-                                    f"({checkpoint.get('corpus')} -> {checkpoint.get('index')})")
-            if checkpoint.get("done"):
-                logger.info("checkpoint says the job is complete; nothing to resume")
-        else:
-            raise IndexJobError(f"{work} holds a checkpoint from an earlier run: pass --resume to continue "
-                                "it or --restart to start over")
-    elif not restart and not resume and (work / SEEN_DB).exists():
-        (work / SEEN_DB).unlink()
-    config.save(work)
-    prune = parse_prune(config.prune)
+    # ------------------------------------------------------------------ set-up
+    def _load_checkpoint(self, resume: bool, restart: bool) -> Checkpoint | None:
+        """The checkpoint to continue from; clears the work dir on ``restart``; refuses a stale one."""
+        config, work = self.config, self.work
+        ckpt_path = work / CHECKPOINT
+        checkpoint = None
+        if ckpt_path.exists():
+            if restart:
+                for name in (CHECKPOINT, SKIPPED, DEAD_LETTER, SUMMARY, SEEN_DB, SEEN_DB + "-wal", SEEN_DB + "-shm"):
+                    (work / name).unlink(missing_ok=True)
+            elif resume:
+                checkpoint = Checkpoint.load(ckpt_path)
+                if checkpoint.corpus != str(config.corpus) or checkpoint.index != str(config.index):
+                    raise IndexJobError(f"the checkpoint in {work} is for another corpus/index "
+                                        f"({checkpoint.corpus} -> {checkpoint.index})")
+                if checkpoint.done:
+                    logger.info("checkpoint says the job is complete; nothing to resume")
+            else:
+                raise IndexJobError(f"{work} holds a checkpoint from an earlier run: pass --resume to continue "
+                                    "it or --restart to start over")
+        elif not restart and not resume and (work / SEEN_DB).exists():
+            (work / SEEN_DB).unlink()
+        return checkpoint
 
-    own_pool = None
-    if encoder is None:
+    def _open_encoder(self):
+        """The encoder: the given one, one process per device (several GPUs), or one in-process."""
+        from .encoder import SparseDocumentEncoder
+        from .parallel import DevicePool, resolve_devices
+
+        config = self.config
         devices = resolve_devices(config.device)
-        if len(devices) > 1:  # several GPUs (or an explicit list): one encoder process per device
-            encoder = own_pool = DevicePool(config.model, devices, precision=config.precision,
-                                            batch_size=config.batch_size, max_length=config.max_length,
-                                            num_threads=config.threads)
-        else:
-            encoder = SparseDocumentEncoder(config.model, device=devices[0], precision=config.precision,  # type: ignore[arg-type]
-                                            batch_size=config.batch_size, max_length=config.max_length)
-    builder = DocumentBuilder(encoder.keys if config.key_format == "word" else None, config.key_format, prune,
-                              config.text_field, config.sparse_field)
-    if writer is None:
-        writer = _make_writer(config, client_factory)
+        if len(devices) > 1:
+            return DevicePool(config.model, devices, precision=config.precision, batch_size=config.batch_size,
+                              max_length=config.max_length, num_threads=config.threads)
+        return SparseDocumentEncoder(config.model, device=devices[0], precision=config.precision,  # type: ignore[arg-type]
+                                     batch_size=config.batch_size, max_length=config.max_length)
 
-    position = int(checkpoint["position"]) if checkpoint else 0
-    offset = checkpoint.get("offset") if checkpoint else None
-    counters: Counter = Counter(checkpoint.get("counters", {}) if checkpoint else {})
-    if checkpoint:
-        writer.restore(checkpoint.get("writer", {}))
-    skipped = _Report(work / SKIPPED, checkpoint.get("skipped_size") if checkpoint else None)
-    dead = _Report(work / DEAD_LETTER, checkpoint.get("dead_letter_size") if checkpoint else None)
-    seen = _SeenIds(work / SEEN_DB)
-    seen.rewind(position)
+    def _save_checkpoint(self, progress: _Progress, done: bool = False) -> None:
+        Checkpoint(corpus=str(self.config.corpus), index=str(self.config.index), done=done,
+                   position=progress.position, offset=progress.offset, skipped_size=progress.skipped_size,
+                   dead_letter_size=self.dead.sync(), writer=self.writer.state(), counters=dict(progress.counters),
+                   updated=time.time()).save(self.work / CHECKPOINT)
 
-    total = None
-    try:
-        total = count_records(config.corpus, config.corpus_format)  # type: ignore[arg-type]
-        if config.limit:
-            total = min(total, config.limit)
-    except (OSError, ValueError):
-        total = None
-
-    work_q: queue.Queue = queue.Queue(maxsize=config.queue_size)
-    failure: list[BaseException] = []
-    timing = {"encode": 0.0, "write": 0.0}
-    lock = threading.Lock()
-
-    def checkpoint_now(state: dict[str, Any], done: bool = False) -> None:
-        payload = {"corpus": str(config.corpus), "index": str(config.index), "done": done,
-                   "position": state["position"], "offset": state["offset"],
-                   "skipped_size": state["skipped_size"], "dead_letter_size": dead.sync(),
-                   "writer": writer.state(), "counters": dict(state["counters"]), "updated": time.time()}
-        write_json(ckpt_path, payload)
-
-    writer_counters: Counter = Counter({k: v for k, v in counters.items() if k in ("indexed", "dead_lettered")})
-
-    def writer_loop() -> None:
+    # ------------------------------------------------------------------ writer thread
+    def _writer_loop(self) -> None:
+        """Write queued chunks; dead-letter refused documents; checkpoint after each acknowledged chunk."""
         while True:
-            item = work_q.get()
+            item = self.queue.get()
             if item is None:
                 return
-            if failure:
+            if self.failure:
                 continue  # drain after a failure so the producer never blocks
-            actions, sources, state = item
+            actions, sources, progress = item
             try:
                 t0 = time.perf_counter()
-                outcomes = writer.write(actions) if actions else []
-                timing["write"] += time.perf_counter() - t0
+                outcomes = self.writer.write(actions) if actions else []
+                self.timing["write"] += time.perf_counter() - t0
                 for out in outcomes:
                     if out.ok:
-                        writer_counters["indexed"] += 1
+                        self.writer_counters["indexed"] += 1
                     else:
-                        writer_counters["dead_lettered"] += 1
+                        self.writer_counters["dead_lettered"] += 1
                         reason = out.error.get("reason") if isinstance(out.error, dict) else str(out.error)
-                        dead.add({"_id": out.doc_id, "source": sources.get(out.doc_id), "status": out.status,
-                                  "reason": reason, "error": out.error})
-                with lock:
-                    merged = Counter(state["counters"])
-                    merged.update(writer_counters)
-                    state = dict(state, counters=merged)
-                checkpoint_now(state)
+                        self.dead.add({"_id": out.doc_id, "source": sources.get(out.doc_id), "status": out.status,
+                                       "reason": reason, "error": out.error})
+                with self.lock:
+                    merged = Counter(progress.counters)
+                    merged.update(self.writer_counters)
+                    progress = replace(progress, counters=merged)
+                self._save_checkpoint(progress)
             except BaseException as err:  # noqa: BLE001 - handed to the main thread
-                failure.append(err)
+                self.failure.append(err)
 
-    thread = threading.Thread(target=writer_loop, name="lsr-os-index-writer", daemon=True)
-    thread.start()
-    main_counters: Counter = Counter({k: v for k, v in counters.items() if k not in ("indexed", "dead_lettered")})
-    bar = tqdm(total=total, initial=min(position, total or position), unit="doc", disable=not progress,
-               dynamic_ncols=True, desc=f"index -> {config.backend}:{Path(config.index).name}", smoothing=0.1)
-    t_start = time.perf_counter()
-    start_indexed = counters.get("indexed", 0)
-
+    # ------------------------------------------------------------------ chunks
     # Chunks are encoded in order; with a device pool (several GPUs) up to ``inflight`` chunks are
     # encoded at once and finished (documents built, queued for the writer) in submission order, so
     # checkpoints stay sequential. Reader counters are snapshotted when a chunk is submitted,
     # encode counters (truncated/split/passages) are added when it is finished.
-    submit = getattr(encoder, "submit", None)
-    inflight = 2 * int(getattr(encoder, "num_workers", 1)) if submit is not None else 0
-    pending: deque = deque()
-    encode_counters: Counter = Counter()
-
-    def encode_async(texts: list[str]):
+    def _encode_async(self, texts: list[str]):
         if not texts:
             return None
+        submit = getattr(self.encoder, "submit", None)
         if submit is not None:
             return submit(texts)
         t0 = time.perf_counter()
-        vectors = encoder.encode(texts)
-        timing["encode"] += time.perf_counter() - t0
+        vectors = self.encoder.encode(texts)
+        self.timing["encode"] += time.perf_counter() - t0
         return vectors
 
-    def flush_chunk(records: list[CorpusRecord], last_pos: int, last_off: int | None) -> None:
-        seen.commit()
-        skipped_size = skipped.sync()
+    def _flush_chunk(self, records: list[CorpusRecord], last_pos: int, last_off: int | None) -> None:
+        """Submit a chunk for encoding (texts over the token cap split into passages under ``split``)."""
+        encoder = self.encoder
+        self.seen.commit()
+        skipped_size = self.skipped.sync()
         texts = [r.text for r in records]
         over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if records else []
         pieces: list[list[str]] | None = None
-        if config.long_text == "split" and any(over):
+        if self.config.long_text == "split" and any(over):
             pieces = [split_passages(t, encoder.tokenizer, encoder.max_length) if o else [t]
                       for t, o in zip(texts, over)]
-            job = encode_async([p for ps in pieces for p in ps])
+            job = self._encode_async([p for ps in pieces for p in ps])
         else:
-            job = encode_async(texts)
-        state = {"position": last_pos, "offset": last_off, "skipped_size": skipped_size,
-                 "counters": Counter(main_counters)}
-        pending.append((records, over, pieces, job, state))
-        while len(pending) > inflight:
-            finish_chunk(*pending.popleft())
+            job = self._encode_async(texts)
+        progress = _Progress(last_pos, last_off, skipped_size, Counter(self.main_counters))
+        self.pending.append((records, over, pieces, job, progress))
+        while len(self.pending) > self.inflight:
+            self._finish_chunk(*self.pending.popleft())
 
-    def finish_chunk(records, over, pieces, job, state) -> None:
+    def _finish_chunk(self, records, over, pieces, job, progress: _Progress) -> None:
+        """Build the chunk's documents from its vectors and queue them for the writer thread."""
         actions, sources = [], {}
+        builder = self.builder
         if records:
             t0 = time.perf_counter()
             vectors = job.result() if hasattr(job, "result") else job
-            if submit is not None:
-                timing["encode"] += time.perf_counter() - t0  # time spent waiting for the pool
+            if getattr(self.encoder, "submit", None) is not None:
+                self.timing["encode"] += time.perf_counter() - t0  # time spent waiting for the pool
             if pieces is not None:
                 k = 0
                 for rec, ps in zip(records, pieces):
@@ -378,122 +288,192 @@ def run_index_job(
                                                                                  vectors[k:k + len(ps)])})
                     sources[did] = rec.source
                     k += len(ps)
-                encode_counters["split_docs"] += sum(over)
-                encode_counters["passages"] += k
-            elif config.long_text == "split":
+                self.encode_counters["split_docs"] += sum(over)
+                self.encode_counters["passages"] += k
+            elif self.config.long_text == "split":
                 for rec, vec in zip(records, vectors):
                     did = doc_id_for(rec.doc_id, rec.text)
                     actions.append({"_id": did, "_source": builder.nested_source(did, rec.text, [rec.text], [vec])})
                     sources[did] = rec.source
-                encode_counters["passages"] += len(records)
+                self.encode_counters["passages"] += len(records)
             else:
-                encode_counters["truncated"] += sum(over)
+                self.encode_counters["truncated"] += sum(over)
                 actions = build_actions([(rec.doc_id, rec.text) for rec in records], vectors, builder)
                 sources = {action["_id"]: rec.source for action, rec in zip(actions, records)}
-        counters_now = Counter(state["counters"])
-        counters_now.update(encode_counters)
-        state = dict(state, counters=counters_now)
+        counters_now = Counter(progress.counters)
+        counters_now.update(self.encode_counters)
+        progress = replace(progress, counters=counters_now)
         while True:
-            if failure:
+            if self.failure:
                 return
             try:
-                work_q.put((actions, sources, state), timeout=0.5)
+                self.queue.put((actions, sources, progress), timeout=0.5)
                 return
             except queue.Full:
                 continue
 
-    last_pos, last_off = position, offset
-    try:
-        if not (checkpoint and checkpoint.get("done")):
-            records: list[CorpusRecord] = []
-            consumed = position
-            reader = read_corpus(config.corpus, config.corpus_format, position=position, offset=offset,  # type: ignore[arg-type]
-                                 invalid_utf8=config.invalid_utf8, id_field=config.id_field,  # type: ignore[arg-type]
-                                 text_field=config.corpus_text_field, title_field=config.corpus_title_field)
-            for item in reader:
-                if config.limit and item.position > config.limit:
-                    break
-                consumed += 1
-                last_pos, last_off = item.position, item.offset
-                if isinstance(item, BadRecord):
-                    main_counters[f"skipped.{item.reason}"] += 1
-                    if item.reason != "blank_line":
-                        skipped.add({"source": item.source, "reason": item.reason, "detail": item.detail,
-                                     "_id": item.doc_id})
+    def _read(self, checkpoint: Checkpoint | None, bar) -> tuple[int, int | None]:
+        """Read the corpus from the checkpoint on: bad input and duplicate ids to the skipped report,
+        records in chunks to :meth:`_flush_chunk`. Returns the last position and offset read."""
+        config = self.config
+        position = checkpoint.position if checkpoint else 0
+        last_pos, last_off = position, checkpoint.offset if checkpoint else None
+        records: list[CorpusRecord] = []
+        consumed = position
+        reader = read_corpus(config.corpus, config.corpus_format, position=position, offset=last_off,  # type: ignore[arg-type]
+                             invalid_utf8=config.invalid_utf8, id_field=config.id_field,  # type: ignore[arg-type]
+                             text_field=config.corpus_text_field, title_field=config.corpus_title_field)
+        for item in reader:
+            if config.limit and item.position > config.limit:
+                break
+            consumed += 1
+            last_pos, last_off = item.position, item.offset
+            if isinstance(item, BadRecord):
+                self.main_counters[f"skipped.{item.reason}"] += 1
+                if item.reason != "blank_line":
+                    self.skipped.add({"source": item.source, "reason": item.reason, "detail": item.detail,
+                                      "_id": item.doc_id})
+            else:
+                if item.utf8_replaced:
+                    self.main_counters["utf8_replaced"] += 1
+                if item.doc_id is None:
+                    self.main_counters["generated_ids"] += 1
+                did = doc_id_for(item.doc_id, item.text)
+                first = self.seen.first_seen(did, item.position, item.source)
+                if first is not None:
+                    self.main_counters["skipped.duplicate_id"] += 1
+                    self.skipped.add({"source": item.source, "reason": "duplicate_id",
+                                      "detail": f"id already seen at {first} (first occurrence wins)", "_id": did})
                 else:
-                    if item.utf8_replaced:
-                        main_counters["utf8_replaced"] += 1
-                    if item.doc_id is None:
-                        main_counters["generated_ids"] += 1
-                    did = doc_id_for(item.doc_id, item.text)
-                    first = seen.first_seen(did, item.position, item.source)
-                    if first is not None:
-                        main_counters["skipped.duplicate_id"] += 1
-                        skipped.add({"source": item.source, "reason": "duplicate_id",
-                                     "detail": f"id already seen at {first} (first occurrence wins)", "_id": did})
-                    else:
-                        records.append(item)
-                if len(records) >= config.chunk_docs:
-                    flush_chunk(records, last_pos, last_off)
-                    bar.update(max(0, consumed - bar.n))
-                    records = []
-                    _postfix(bar, writer_counters, start_indexed, t_start)
-                if failure:
-                    break
-            if not failure:
-                flush_chunk(records, last_pos, last_off)
-            while pending and not failure:
-                finish_chunk(*pending.popleft())
-            bar.update(max(0, consumed - bar.n))
-        work_q.put(None)
-        thread.join()
-        if failure:
-            raise failure[0]
-        writer.close()
-    except BaseException:
-        if thread.is_alive():
-            failure.append(RuntimeError("stopped"))
-            try:
-                work_q.put_nowait(None)
-            except queue.Full:
-                pass
-        raise
-    finally:
-        bar.close()
-        seen.close()
-        skipped.close()
-        if own_pool is not None:
-            own_pool.close()
+                    records.append(item)
+            if len(records) >= config.chunk_docs:
+                self._flush_chunk(records, last_pos, last_off)
+                bar.update(max(0, consumed - bar.n))
+                records = []
+                _postfix(bar, self.writer_counters, self.start_indexed, self.t_start)
+            if self.failure:
+                break
+        if not self.failure:
+            self._flush_chunk(records, last_pos, last_off)
+        while self.pending and not self.failure:
+            self._finish_chunk(*self.pending.popleft())
+        bar.update(max(0, consumed - bar.n))
+        return last_pos, last_off
 
-    elapsed = time.perf_counter() - t_start
-    final = Counter(main_counters)
-    final.update(encode_counters)
-    final.update(writer_counters)
-    state = {"position": last_pos, "offset": last_off, "skipped_size": skipped.path.stat().st_size,
-             "counters": final}
-    checkpoint_now(state, done=True)
-    dead.close()
-    indexed_now = final.get("indexed", 0) - start_indexed
-    summary = {
-        "corpus": str(config.corpus), "backend": config.backend, "index": str(config.index),
-        "indexed": final.get("indexed", 0),
-        "dead_lettered": final.get("dead_lettered", 0),
-        "skipped": {k.split(".", 1)[1]: v for k, v in sorted(final.items()) if k.startswith("skipped.")},
-        "truncated": final.get("truncated", 0), "split_docs": final.get("split_docs", 0),
-        "passages": final.get("passages", 0), "utf8_replaced": final.get("utf8_replaced", 0),
-        "generated_ids": final.get("generated_ids", 0),
-        "resumed_from_position": position if checkpoint else None,
-        "this_run": {"indexed": indexed_now, "elapsed_s": round(elapsed, 3),
-                     "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None,
-                     "encode_s": round(timing["encode"], 3), "write_s": round(timing["write"], 3)},
-        "encoder": {"model": str(config.model), "device": str(encoder.device), "precision": encoder.precision,
-                    "batch_size": encoder.batch_size, "nonfinite_dropped": encoder.stats.nonfinite_dropped},
-        "prune": str(prune), "key_format": config.key_format, "long_text": config.long_text,
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
-        "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),
-    }
-    write_json(work / SUMMARY, summary)
-    return summary
+    # ------------------------------------------------------------------ the run
+    def run(self, *, resume: bool = False, restart: bool = False) -> dict[str, Any]:
+        """Run (or resume) the job; returns the summary (also saved as ``summary.json``).
+
+        Raises:
+            IndexJobError: a stale checkpoint without ``resume``/``restart``, or the backend failing.
+        """
+        from tqdm.auto import tqdm
+
+        config, work = self.config, self.work
+        work.mkdir(parents=True, exist_ok=True)
+        checkpoint = self._load_checkpoint(resume, restart)
+        config.save(work)
+        prune = parse_prune(config.prune)
+        own_encoder = self.encoder is None
+        if own_encoder:
+            self.encoder = self._open_encoder()
+        encoder = self.encoder
+        own_pool = encoder if own_encoder and hasattr(encoder, "submit") else None
+        self.inflight = 2 * int(getattr(encoder, "num_workers", 1)) if hasattr(encoder, "submit") else 0
+        self.builder = DocumentBuilder(encoder.keys if config.key_format == "word" else None, config.key_format,
+                                       prune, config.text_field, config.sparse_field)
+        if self.writer is None:
+            self.writer = make_writer(config, self.client_factory)
+        counters: Counter = Counter(checkpoint.counters if checkpoint else {})
+        if checkpoint:
+            self.writer.restore(checkpoint.writer)
+        self.skipped = ReportFile(work / SKIPPED, checkpoint.skipped_size if checkpoint else None)
+        self.dead = ReportFile(work / DEAD_LETTER, checkpoint.dead_letter_size if checkpoint else None)
+        self.seen = SeenIds(work / SEEN_DB)
+        position = checkpoint.position if checkpoint else 0
+        self.seen.rewind(position)
+        total = None
+        try:
+            total = count_records(config.corpus, config.corpus_format)  # type: ignore[arg-type]
+            if config.limit:
+                total = min(total, config.limit)
+        except (OSError, ValueError):
+            total = None
+
+        self.writer_counters = Counter({k: v for k, v in counters.items() if k in ("indexed", "dead_lettered")})
+        self.main_counters = Counter({k: v for k, v in counters.items() if k not in ("indexed", "dead_lettered")})
+        thread = threading.Thread(target=self._writer_loop, name="lsr-os-index-writer", daemon=True)
+        thread.start()
+        bar = tqdm(total=total, initial=min(position, total or position), unit="doc", disable=not self.progress,
+                   dynamic_ncols=True, desc=f"index -> {config.backend}:{Path(config.index).name}", smoothing=0.1)
+        self.t_start = time.perf_counter()
+        self.start_indexed = counters.get("indexed", 0)
+        last_pos, last_off = position, checkpoint.offset if checkpoint else None
+        try:
+            if not (checkpoint and checkpoint.done):
+                last_pos, last_off = self._read(checkpoint, bar)
+            self.queue.put(None)
+            thread.join()
+            if self.failure:
+                raise self.failure[0]
+            self.writer.close()
+        except BaseException:
+            if thread.is_alive():
+                self.failure.append(RuntimeError("stopped"))
+                try:
+                    self.queue.put_nowait(None)
+                except queue.Full:
+                    pass
+            raise
+        finally:
+            bar.close()
+            self.seen.close()
+            self.skipped.close()
+            if own_pool is not None:
+                own_pool.close()
+
+        elapsed = time.perf_counter() - self.t_start
+        final = Counter(self.main_counters)
+        final.update(self.encode_counters)
+        final.update(self.writer_counters)
+        self._save_checkpoint(_Progress(last_pos, last_off, self.skipped.path.stat().st_size, final), done=True)
+        self.dead.close()
+        summary = self._summary(final, elapsed, position if checkpoint else None, prune)
+        write_json(work / SUMMARY, summary)
+        return summary
+
+    def _summary(self, final: Counter, elapsed: float, resumed_from: int | None, prune) -> dict[str, Any]:
+        config, encoder, work = self.config, self.encoder, self.work
+        indexed_now = final.get("indexed", 0) - self.start_indexed
+        return {
+            "corpus": str(config.corpus), "backend": config.backend, "index": str(config.index),
+            "indexed": final.get("indexed", 0),
+            "dead_lettered": final.get("dead_lettered", 0),
+            "skipped": {k.split(".", 1)[1]: v for k, v in sorted(final.items()) if k.startswith("skipped.")},
+            "truncated": final.get("truncated", 0), "split_docs": final.get("split_docs", 0),
+            "passages": final.get("passages", 0), "utf8_replaced": final.get("utf8_replaced", 0),
+            "generated_ids": final.get("generated_ids", 0),
+            "resumed_from_position": resumed_from,
+            "this_run": {"indexed": indexed_now, "elapsed_s": round(elapsed, 3),
+                         "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None,
+                         "encode_s": round(self.timing["encode"], 3), "write_s": round(self.timing["write"], 3)},
+            "encoder": {"model": str(config.model), "device": str(encoder.device), "precision": encoder.precision,
+                        "batch_size": encoder.batch_size, "nonfinite_dropped": encoder.stats.nonfinite_dropped},
+            "prune": str(prune), "key_format": config.key_format, "long_text": config.long_text,
+            "peak_rss_mb": round(_peak_rss_mb(), 1),
+            "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),
+        }
+
+
+def run_index_job(config: IndexJobConfig, *, resume: bool = False, restart: bool = False, writer=None,
+                  client_factory=None, encoder=None, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) an index job: :class:`IndexJob` ``(config, ...).run(resume=, restart=)``."""
+    return IndexJob(config, writer=writer, client_factory=client_factory, encoder=encoder,
+                    progress=progress).run(resume=resume, restart=restart)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _postfix(bar, writer_counters: Counter, start_indexed: int, t_start: float) -> None:

@@ -1,0 +1,113 @@
+"""The on-disk state of an index job: its checkpoint, the duplicate-id store and the report files.
+
+Each survives ``kill -9``: the checkpoint is replaced atomically, the id store is SQLite (WAL) and the
+report files are append-only, fsynced before a checkpoint names their size and truncated back to it
+on resume.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import read_json, write_json
+
+__all__ = ["Checkpoint", "SeenIds", "ReportFile", "CHECKPOINT", "SKIPPED", "DEAD_LETTER", "SUMMARY", "SEEN_DB"]
+
+CHECKPOINT = "checkpoint.json"
+SKIPPED = "skipped.jsonl"
+DEAD_LETTER = "dead_letter.jsonl"
+SUMMARY = "summary.json"
+SEEN_DB = "seen_ids.sqlite"
+
+
+@dataclass
+class Checkpoint:
+    """``checkpoint.json``: how far the corpus was read and acknowledged, and what to restore.
+
+    ``position``/``offset``: the last record of the last acknowledged chunk (line/row, byte offset);
+    ``skipped_size``/``dead_letter_size``: report file sizes at that point; ``writer``: the writer's
+    own state (NDJSON part files); ``counters``: the summary counters so far.
+    """
+
+    corpus: str
+    index: str
+    done: bool = False
+    position: int = 0
+    offset: int | None = None
+    skipped_size: int | None = None
+    dead_letter_size: int | None = None
+    writer: dict[str, Any] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    updated: float = 0.0
+
+    @classmethod
+    def load(cls, path: Path) -> "Checkpoint":
+        """Read a checkpoint (unknown keys of other versions are ignored)."""
+        data = read_json(path)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, path: Path) -> None:
+        """Write atomically (temp file + rename)."""
+        write_json(path, dataclasses.asdict(self))
+
+
+class SeenIds:
+    """Duplicate-id detection on disk (first occurrence wins), rewindable to a corpus position."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS seen (id TEXT PRIMARY KEY, pos INTEGER, source TEXT)")
+        self.db.execute("BEGIN")
+
+    def rewind(self, position: int) -> None:
+        self.db.execute("DELETE FROM seen WHERE pos > ?", (position,))
+        self.commit()
+
+    def first_seen(self, doc_id: str, pos: int, source: str) -> str | None:
+        """``None`` if new (and remember it), else where it was first seen."""
+        cur = self.db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?, ?)", (doc_id, pos, source))
+        if cur.rowcount == 1:
+            return None
+        row = self.db.execute("SELECT source FROM seen WHERE id = ?", (doc_id,)).fetchone()
+        return row[0] if row else "?"
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+        self.db.execute("BEGIN")
+
+    def close(self) -> None:
+        self.db.execute("COMMIT")
+        self.db.close()
+
+
+class ReportFile:
+    """An append-only JSONL report, fsynced on demand and truncatable to a checkpointed size."""
+
+    def __init__(self, path: Path, size: int | None) -> None:
+        self.path = path
+        if size is not None and path.exists():
+            with open(path, "r+b") as fh:
+                fh.truncate(size)
+        elif size is None and path.exists():
+            path.unlink()
+        self.fh = open(path, "ab")
+
+    def add(self, entry: dict) -> None:
+        self.fh.write(json.dumps(entry, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
+
+    def sync(self) -> int:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        return self.fh.tell()
+
+    def close(self) -> None:
+        self.sync()
+        self.fh.close()
