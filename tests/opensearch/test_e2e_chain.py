@@ -59,6 +59,17 @@ def test_default_chain_rank_features(double, tmp_path, splade_tiny_dir):
     found = _run("search", "sourdough bread recipe", "--index", "passages", "--backend", "opensearch", "--mode",
                  "tokens", "--model", splade_tiny_dir, *url)
     assert _top(found) == "d2"
+    # eval on the same index, still no field flag (the default field is the same everywhere)
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n"
+                                               for d, t in DOCS.items()))
+    queries = {"q1": "sourdough bread recipe", "q2": "bronze statues in the museum"}
+    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td4\t1\n")
+    report = json.loads(_run("eval", "--dataset", data, "--model", splade_tiny_dir, "--backend", "opensearch",
+                             "--index", "passages", "--prune-levels", "", "--out", tmp_path / "eval", *url))
+    assert report["metrics"]["mrr@10"] == pytest.approx(1.0)
     assert double.violations == []
 
 

@@ -2,7 +2,7 @@
 
 Each test checks against the server what the double was corrected to do:
 1. model documents carry the function name in ``algorithm`` (deploy-model is idempotent);
-3. create-index -> index -> search work with no field flags;
+3. create-index -> index -> search -> eval work with no field flags;
 4. sparse_vector (3.3+): token-id documents are found by ``search --mode tokens``; word keys without
    method_parameters give zero hits on 3.3 (not a 400); ``method_parameters.k`` caps the hits;
 6. bulk of precomputed vectors bypasses a default ingest pipeline; a missing index is refused before
@@ -104,6 +104,16 @@ def test_item3_default_chain_needs_no_field_flags(real_client, tmp_path, names):
     found = _cli("search", "sourdough bread recipe", "--index", index, "--backend", "opensearch", "--mode", "tokens",
                  "--model", "splade-tiny")
     assert _top(found) == "d2"
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n"
+                                               for d, t in DOCS.items()))
+    queries = {"q1": "sourdough bread recipe", "q2": "bronze statues in the museum"}
+    (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td4\t1\n")
+    report = json.loads(_cli("eval", "--dataset", data, "--model", "splade-tiny", "--backend", "opensearch",
+                             "--index", index, "--prune-levels", "", "--out", tmp_path / "eval"))
+    assert report["metrics"]["mrr@10"] == pytest.approx(1.0)
 
 
 def test_item4_sparse_vector_token_ids(real_client, tmp_path, names):
