@@ -129,6 +129,14 @@ def _bert_settings(hf_tok, backend) -> dict[str, Any]:
     if model.get("continuing_subword_prefix", "##") != "##":
         raise EsExportError("the WordPiece continuation prefix must be '##' for Elasticsearch")
     norm = spec.get("normalizer") or {}
+    pre = spec.get("pre_tokenizer") or {}
+    # Elasticsearch always cleans control characters, splits CJK ideographs and punctuation (BasicTokenFilter)
+    if norm.get("type") != "BertNormalizer" or pre.get("type") != "BertPreTokenizer":
+        raise EsExportError(f"the tokenizer must use BertNormalizer + BertPreTokenizer to match Elasticsearch's bert "
+                            f"tokenization, got {norm.get('type')} + {pre.get('type')}")
+    if norm.get("clean_text") is False or norm.get("handle_chinese_chars") is False:
+        raise EsExportError("Elasticsearch always strips control characters and splits CJK ideographs; this tokenizer "
+                            "turns clean_text or handle_chinese_chars off, so the ids would differ")
     lower = bool(norm.get("lowercase", getattr(hf_tok, "do_lower_case", False)))
     strip = norm.get("strip_accents")
     if strip is not None and bool(strip) != lower:
@@ -231,7 +239,7 @@ def export_elasticsearch(
 
     inference_config = {"text_expansion": {"tokenization": {"bert": {
         "do_lower_case": settings["do_lower_case"], "with_special_tokens": True,
-        "max_sequence_length": int(max_sequence_length), "truncate": "first", "span": -1}}}}
+        "max_sequence_length": int(max_sequence_length), "truncate": "first"}}}}
     params = sum(p.numel() * p.element_size() for p in wrapper.parameters())
     buffers = sum(b.numel() * b.element_size() for b in wrapper.buffers())
     body = {
@@ -239,9 +247,13 @@ def export_elasticsearch(
         "model_type": "pytorch",
         "inference_config": inference_config,
         "input": {"field_names": ["text_field"]},
-        # eland's metadata keys; allocation memory: activations of one 512-token sequence + logits
+        # eland's metadata keys (eland measures the allocation memory by profiling a forward pass; here it is an
+        # estimate of one max-length forward: 3 float32 [seq, V] tensors (logits, relu*mask, log) + hidden
+        # states and attention maps)
         "metadata": {"per_deployment_memory_bytes": int(params + buffers),
-                     "per_allocation_memory_bytes": int(4 * max_sequence_length * (vocab_size + 8 * mlm.config.hidden_size))},
+                     "per_allocation_memory_bytes": int(4 * max_sequence_length * (
+                         3 * vocab_size + 12 * mlm.config.hidden_size
+                         + mlm.config.num_attention_heads * max_sequence_length))},
     }
     write_json(out / "config.json", body)
     write_json(out / "vocabulary.json", {"vocabulary": vocabulary})

@@ -120,3 +120,22 @@ def test_sparse_vector_query_rules():
         sparse_vector_query("f", inference_id="e", query="x", tokens_freq_ratio_threshold=0.5)
     with pytest.raises(ValueError, match="8.15"):
         sparse_vector_query("f", query_vector={"a": 1.0}, features=EsFeatures.from_version("8.14.0"))
+
+
+def test_export_refuses_tokenizers_elasticsearch_cannot_mirror():
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers
+    from tokenizers.models import WordPiece
+
+    from opensearch_lsr.elasticsearch.export import EsExportError, _bert_settings, es_model_id
+
+    vocab = {t: i for i, t in enumerate(VOCAB)}
+    tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]"))
+    with pytest.raises(EsExportError, match="BertNormalizer"):
+        _bert_settings(object(), tok)
+    tok.normalizer = normalizers.BertNormalizer(lowercase=False, handle_chinese_chars=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    with pytest.raises(EsExportError, match="CJK"):
+        _bert_settings(object(), tok)
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    assert _bert_settings(object(), tok) == {"do_lower_case": True}
+    assert es_model_id("Org/My Model.v1") == "org__my_model.v1"
