@@ -49,7 +49,7 @@ SECTIONS = ("speed", "bf16", "e2e")
 
 
 def _texts(limit: int | None) -> tuple[list[str], list[str]]:
-    from opensearch_lsr.evaluation.datasets import doc_text
+    from opensearch_lsr.corpus import doc_text
     from opensearch_lsr.resources import shared_data_dir
 
     data = shared_data_dir()

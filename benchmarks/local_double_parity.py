@@ -61,7 +61,7 @@ def main() -> None:
 
     from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.evaluation.pipeline import VECTOR_FIELD, TEXT_FIELD, cap_corpus
-    from opensearch_lsr.local.encoders import SparseKeyedEncoder, csr_rows_to_dicts
+    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder, csr_rows_to_dicts
     from opensearch_lsr.local.index import LocalIndex
     from opensearch_lsr.opensearch.client import client_from_options
     from opensearch_lsr.opensearch.query import neural_sparse_query, search_body

@@ -69,7 +69,8 @@ def bm25_row(dataset, tokenizer_dir: str, k: int = 100) -> dict:
 
 def transferred_idf(sem: Path, source_corpus: Path, source: str = "splade-tiny") -> dict[str, float]:
     """English IDF over ``source_corpus`` (source tokenizer) carried to the target vocabulary."""
-    from opensearch_lsr.opensearch.idf import compute_idf, iter_corpus_texts, transfer_idf
+    from opensearch_lsr.corpus import iter_corpus_texts
+    from opensearch_lsr.opensearch.idf import compute_idf, transfer_idf
     from opensearch_lsr.transfer.surgery import load_source_model
     from transformers import AutoTokenizer
 

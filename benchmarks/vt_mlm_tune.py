@@ -29,7 +29,7 @@ from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.adaptation import adapt_embeddings, trainable_vocab_parameters
 from opensearch_lsr.transfer.apc import probe_activations
 from opensearch_lsr.transfer.surgery import load_source_model, mlm_parts, save_sparse_encoder
-from opensearch_lsr.transfer.tokenizer_train import iter_corpus_texts
+from opensearch_lsr.corpus import iter_corpus_texts
 from opensearch_lsr.transfer.vocab import find_overlap
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

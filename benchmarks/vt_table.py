@@ -47,7 +47,8 @@ from opensearch_lsr.evaluation.retrieval import sparsity_stats, top_k_run
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.apc import calibrate_activation, probe_activations
 from opensearch_lsr.transfer.surgery import load_source_model, load_sparse_encoder, save_sparse_encoder
-from opensearch_lsr.transfer.tokenizer_train import iter_corpus_texts, train_tokenizer
+from opensearch_lsr.corpus import iter_corpus_texts
+from opensearch_lsr.transfer.tokenizer_train import train_tokenizer
 from opensearch_lsr.transfer.vt import VTConfig, vt_transfer
 
 BASELINE = "ko-subtoken"

@@ -235,7 +235,7 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     from .evaluation.pipeline import TEXT_FIELD, VECTOR_FIELD, EvalConfig, index_local, run_evaluation
     from .evaluation.report import markdown_table
     from .inference_free import build_inference_free
-    from .local.encoders import SparseKeyedEncoder
+    from .encoding.keyed import SparseKeyedEncoder
     from .local.index import LocalIndex
     from .opensearch.query import bool_query, neural_sparse_query, search_body, tokenize_query
 

@@ -77,7 +77,7 @@ def test_every_path_keys_colliding_decodes_alike(colliding_model_dir, tmp_path):
 
     from opensearch_lsr.cli import cli
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-    from opensearch_lsr.local.encoders import SparseKeyedEncoder
+    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
     from opensearch_lsr.local.index import LocalIndex
     from opensearch_lsr.opensearch.artifacts import export_bundle
     from opensearch_lsr.opensearch.conformance import MLCommonsRuntime

@@ -244,7 +244,8 @@ def inference_free_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf
                        source_idf: str | None) -> None:
     """Build a doc-only (inference-free) encoder: IDF query side, the model as document side."""
     from ..inference_free import build_inference_free, transferred_idf
-    from ..opensearch.idf import compute_idf, iter_corpus_texts, load_idf
+    from ..corpus import iter_corpus_texts
+    from ..opensearch.idf import compute_idf, load_idf
 
     chosen = [name for name, v in (("--idf-corpus", idf_corpus), ("--idf-json", idf_json),
                                    ("--source-idf", source_idf)) if v]

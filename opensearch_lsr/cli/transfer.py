@@ -178,7 +178,8 @@ def tokenizer() -> None:
 def tokenizer_train_cmd(corpus: str, vocab_size: int, out_dir: str, kind: str, min_frequency: int,
                         no_lowercase: bool) -> None:
     """Train a WordPiece/BPE tokenizer (NFKC + lowercase, keeps Hangul syllables) and save tokenizer.json."""
-    from ..transfer.tokenizer_train import iter_corpus_texts, train_tokenizer
+    from ..corpus import iter_corpus_texts
+    from ..transfer.tokenizer_train import train_tokenizer
 
     with user_errors():
         tok = train_tokenizer(iter_corpus_texts(corpus), vocab_size, out_dir, kind=kind,

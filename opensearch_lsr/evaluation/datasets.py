@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..corpus import doc_text
+
 __all__ = ["BeirDataset", "load_beir"]
 
 
@@ -39,13 +41,6 @@ def _read_jsonl(path: Path) -> list[dict]:
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{lineno}: invalid JSON ({err.msg})") from err
     return rows
-
-
-def doc_text(row: dict) -> str:
-    """BEIR document text: ``title`` and ``text`` joined, as BEIR evaluations do."""
-    title = (row.get("title") or "").strip()
-    text = (row.get("text") or "").strip()
-    return f"{title} {text}".strip() if title else text
 
 
 def load_beir(directory: str | Path, split: str = "dev") -> BeirDataset:

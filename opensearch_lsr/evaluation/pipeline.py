@@ -232,7 +232,7 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
 
     Returns the result dict (also ``out_dir/report.json``).
     """
-    from ..local.encoders import SparseKeyedEncoder
+    from ..encoding.keyed import SparseKeyedEncoder
     from ..local.index import LocalIndex
     from ..opensearch.query import neural_sparse_query, search_body, tokenize_query
     from .plots import plot_effectiveness_vs_flops

@@ -7,64 +7,16 @@ model does (ML Commons drops them anyway: their single-id decode is empty).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..contract import special_token_ids
+from ..encoding.keyed import encode_to_csr
 from .datasets import BeirDataset
 from .metrics import evaluate_run
 
-__all__ = ["encode_to_csr", "top_k_run", "evaluate_encoder", "sparsity_stats"]
-
-
-def _to_csr(emb: torch.Tensor) -> sp.csr_matrix:
-    emb = emb.detach().cpu()
-    if emb.is_sparse:
-        emb = emb.coalesce()
-        idx = emb.indices().numpy()
-        vals = emb.values().float().numpy()
-        return sp.csr_matrix((vals, (idx[0], idx[1])), shape=tuple(emb.shape))
-    return sp.csr_matrix(emb.float().numpy())
-
-
-def encode_to_csr(
-    encoder,
-    texts: Sequence[str],
-    kind: Literal["query", "document"] = "document",
-    batch_size: int = 32,
-    show_progress_bar: bool = False,
-) -> sp.csr_matrix:
-    """Encode ``texts`` into a CSR matrix ``[n, V]`` with special-token columns zeroed.
-
-    ``encoder`` is a sentence-transformers ``SparseEncoder`` or the toolkit's batch encoder
-    (:class:`opensearch_lsr.encoding.encoder.SparseDocumentEncoder`, same vectors, faster on CPU).
-    """
-    if hasattr(encoder, "encode_dense"):
-        rows = []
-        for start in range(0, len(texts), 1024):
-            dense = encoder.encode_dense(list(texts[start:start + 1024]))
-            rows.append(sp.csr_matrix(dense.numpy()))
-        mat = sp.vstack(rows).tocsr() if rows else sp.csr_matrix((0, encoder.vocab_size))
-        mat.eliminate_zeros()
-        return mat
-    fn = encoder.encode_query if kind == "query" else encoder.encode_document
-    chunks = []
-    step = max(batch_size * 32, 1)
-    for start in range(0, len(texts), step):
-        emb = fn(list(texts[start:start + step]), batch_size=batch_size, convert_to_sparse_tensor=True,
-                 show_progress_bar=show_progress_bar)
-        chunks.append(_to_csr(emb))
-    mat = sp.vstack(chunks).tocsr() if chunks else sp.csr_matrix((0, encoder.get_embedding_dimension()))
-    specials = special_token_ids(encoder.tokenizer)
-    if specials:
-        mask = np.ones(mat.shape[1], dtype=np.float32)
-        mask[[s for s in specials if s < mat.shape[1]]] = 0.0
-        mat = (mat @ sp.diags(mask)).tocsr()
-    mat.eliminate_zeros()
-    return mat
+__all__ = ["top_k_run", "evaluate_encoder", "sparsity_stats"]
 
 
 def top_k_run(

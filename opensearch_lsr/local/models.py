@@ -43,7 +43,7 @@ def load_query_encoder(path: str) -> QueryEncoder:
 
         rt = MLCommonsRuntime.from_zip(str(p), function_name="SPARSE_ENCODING")
         return lambda text: rt.predict([text])[0]
-    from .encoders import sparse_encoder_query_fn
+    from ..encoding.keyed import sparse_encoder_query_fn
 
     return sparse_encoder_query_fn(str(p))
 

@@ -26,13 +26,13 @@ import math
 import os
 import zipfile
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import numpy as np
 
 from ..contract import decode_keys, rust_tokenizer, special_token_ids
 
-__all__ = ["compute_idf", "transfer_idf", "load_idf", "iter_corpus_texts", "bm25_idf", "check_idf_range",
+__all__ = ["compute_idf", "transfer_idf", "load_idf", "bm25_idf", "check_idf_range",
            "IDF_MAX", "IDF_FLOOR"]
 
 logger = logging.getLogger(__name__)
@@ -48,41 +48,6 @@ def bm25_idf(df: np.ndarray, n_docs: int) -> np.ndarray:
     """``ln(1 + (N - df + 0.5) / (df + 0.5))`` elementwise (see the module docstring)."""
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((n_docs - df + 0.5) / (df + 0.5))
-
-
-def iter_corpus_texts(path: str | os.PathLike) -> Iterator[str]:
-    """Stream document texts from a BEIR ``corpus.jsonl`` (or a BEIR dir) or a plain text file.
-
-    JSONL lines give ``title + " " + text`` (BEIR); other files give one document per non-empty
-    line. ``.gz`` files are read transparently.
-    """
-    import gzip
-
-    path = Path(path)
-    if path.is_dir():
-        cand = [path / "corpus.jsonl", path / "corpus.jsonl.gz"]
-        path = next((c for c in cand if c.exists()), None)
-        if path is None:
-            raise ValueError(f"directory {str(path)!r} holds no BEIR corpus.jsonl")
-    if not path.is_file():
-        raise ValueError(f"corpus file {str(path)!r} does not exist")
-    opener = gzip.open if path.suffix == ".gz" else open
-    jsonl = ".jsonl" in path.suffixes or ".json" in path.suffixes
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if jsonl:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{lineno} is not valid JSON: {err}") from err
-                text = " ".join(s for s in (row.get("title") or "", row.get("text") or "") if s)
-                if text:
-                    yield text
-            else:
-                yield line
 
 
 def compute_idf(texts: Iterable[str], tokenizer, batch_size: int = 1000) -> dict[str, float]:

@@ -163,7 +163,8 @@ def read_beir_pairs(directory: str | os.PathLike, split: str = "train",
     The qrels file is checked line by line: unknown query or corpus ids, missing columns and
     non-numeric scores are reported as ``qrels/<split>.tsv:<line>: reason``.
     """
-    from ..evaluation.datasets import _read_jsonl, doc_text
+    from ..corpus import doc_text
+    from ..evaluation.datasets import _read_jsonl
 
     root = Path(directory)
     if not (root / "corpus.jsonl").exists():

@@ -29,7 +29,7 @@ from typing import Literal
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-__all__ = ["TokenizerKind", "SPECIAL_TOKENS", "TOKENIZER_KINDS", "build_normalizer", "iter_corpus_texts", "train_tokenizer"]
+__all__ = ["TokenizerKind", "SPECIAL_TOKENS", "TOKENIZER_KINDS", "build_normalizer", "train_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,39 +49,6 @@ def build_normalizer(lowercase: bool = True) -> normalizers.Normalizer:
     if lowercase:
         steps.append(normalizers.Lowercase())
     return normalizers.Sequence(steps)
-
-
-def iter_corpus_texts(path: str | os.PathLike) -> Iterator[str]:
-    """Passages of a corpus file: JSONL (BEIR ``corpus.jsonl``: ``title`` + ``text``; or ``{"text": ...}``),
-    or plain text with one passage per line. A BEIR dataset directory means its ``corpus.jsonl``.
-
-    Raises:
-        ValueError: the file does not exist or a JSONL line is not an object with a ``text`` field.
-    """
-    import json
-
-    from ..evaluation.datasets import doc_text
-
-    p = Path(path)
-    if p.is_dir() and (p / "corpus.jsonl").exists():
-        p = p / "corpus.jsonl"
-    if not p.is_file():
-        raise ValueError(f"corpus file {str(path)!r} does not exist")
-    is_jsonl = p.suffix.lower() in (".jsonl", ".json")
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            if not is_jsonl:
-                yield line.rstrip("\n")
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{p}:{lineno}: invalid JSON ({err.msg})") from err
-            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                raise ValueError(f"{p}:{lineno}: expected a JSON object with a 'text' field")
-            yield doc_text(row)
 
 
 def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:

@@ -353,7 +353,7 @@ def _target_model_bias(name: str, v_t: int) -> np.ndarray | None:
 def _read_corpus(config: VTConfig) -> list[str]:
     if not config.corpus:
         return []
-    from .tokenizer_train import iter_corpus_texts
+    from ..corpus import iter_corpus_texts
 
     try:
         texts = [t for t in iter_corpus_texts(config.corpus) if t.strip()]
@@ -405,7 +405,7 @@ def vt_transfer(config: VTConfig) -> Path:
         if config.apc_target_rate == "source":
             ref_docs = probe_docs
             if config.apc_reference_corpus:
-                from .tokenizer_train import iter_corpus_texts
+                from ..corpus import iter_corpus_texts
 
                 try:
                     ref_texts = [t for t in iter_corpus_texts(config.apc_reference_corpus) if t.strip()]

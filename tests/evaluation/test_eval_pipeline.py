@@ -73,7 +73,8 @@ def test_report_files(tmp_path):
 def test_run_evaluation_local_backend_equals_in_memory_retrieval(beir_dir, tiny_source_dir, splade_tiny_dir, tmp_path):
     from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.evaluation.pipeline import EvalConfig, run_evaluation
-    from opensearch_lsr.evaluation.retrieval import encode_to_csr, sparsity_stats, top_k_run
+    from opensearch_lsr.encoding.keyed import encode_to_csr
+    from opensearch_lsr.evaluation.retrieval import sparsity_stats, top_k_run
     from opensearch_lsr.transfer.surgery import load_sparse_encoder
 
     out = tmp_path / "eval"

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from opensearch_lsr.opensearch.idf import bm25_idf, compute_idf, iter_corpus_texts, load_idf, transfer_idf
+from opensearch_lsr.corpus import iter_corpus_texts
+from opensearch_lsr.opensearch.idf import bm25_idf, compute_idf, load_idf, transfer_idf
 
 DOCS = ["the cat is in the house", "the dog is in the city", "paris is the capital of france"]
 
@@ -67,7 +68,7 @@ def test_compute_idf_from_tokenizer_path(tiny_source_dir, source_tok):
 def test_corpus_readers(tmp_path):
     jsonl = tmp_path / "corpus.jsonl"
     jsonl.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in [
-        {"_id": "1", "title": "서울", "text": "대한민국의 수도"}, {"_id": "2", "title": "", "text": "강"}, {"_id": "3"},
+        {"_id": "1", "title": "서울", "text": "대한민국의 수도"}, {"_id": "2", "title": "", "text": "강"},
     ]) + "\n\n", encoding="utf-8")
     assert list(iter_corpus_texts(jsonl)) == ["서울 대한민국의 수도", "강"]
     assert list(iter_corpus_texts(tmp_path)) == ["서울 대한민국의 수도", "강"]  # BEIR dir
@@ -86,6 +87,9 @@ def test_corpus_readers(tmp_path):
     (tmp_path / "emptydir").mkdir()
     with pytest.raises(ValueError, match="corpus.jsonl"):
         list(iter_corpus_texts(tmp_path / "emptydir"))
+    (tmp_path / "notext.jsonl").write_text('{"_id": "3"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="'text' field"):  # reported, not dropped silently
+        list(iter_corpus_texts(tmp_path / "notext.jsonl"))
 
 
 def test_transfer_idf_copies_overlap_and_mixes(source_tok, target_tok):

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from opensearch_lsr.cli import cli
 from opensearch_lsr.transfer.surgery import load_target_tokenizer
-from opensearch_lsr.transfer.tokenizer_train import SPECIAL_TOKENS, iter_corpus_texts, train_tokenizer
+from opensearch_lsr.corpus import iter_corpus_texts
+from opensearch_lsr.transfer.tokenizer_train import SPECIAL_TOKENS, train_tokenizer
 
 CORPUS = [
     "고양이는 집에서 잔다. 고양이가 집을 좋아한다.",

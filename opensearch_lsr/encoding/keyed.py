@@ -1,4 +1,5 @@
-"""Query-side encoders for the local backend: a ``SparseEncoder`` turned into ``text -> {key: weight}``.
+"""A ``SparseEncoder`` turned into ``text -> {key: weight}`` (query side of the local backend,
+evaluation, quickstart, client-side ``query_tokens``), and ``encode_to_csr``.
 
 Keys are ML Commons WORD keys (single-id decode with special tokens skipped, contract §2.1/§6.11),
 so the output equals what the exported SPARSE_ENCODING model returns for the same text.
@@ -12,10 +13,11 @@ from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
-from ..contract import KeyFormat, check_key_format, key_table, vector_to_keys
+from ..contract import KeyFormat, check_key_format, key_table, special_token_ids, vector_to_keys
 
-__all__ = ["SparseKeyedEncoder", "sparse_encoder_query_fn", "csr_rows_to_dicts"]
+__all__ = ["SparseKeyedEncoder", "sparse_encoder_query_fn", "csr_rows_to_dicts", "encode_to_csr"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +58,6 @@ class SparseKeyedEncoder:
 
     def to_csr(self, texts: Sequence[str], kind: Literal["query", "document"], batch_size: int = 32,
                show_progress_bar: bool = False) -> sp.csr_matrix:
-        from ..evaluation.retrieval import encode_to_csr
-
         if kind == "document" and self.path is not None:
             fast = self._fast_document_encoder(batch_size)
             if fast is not None:
@@ -74,7 +74,7 @@ class SparseKeyedEncoder:
         CPU) for the document side; ``None`` when it cannot load this model (then sentence-transformers)."""
         if self._doc_encoder is None:
             try:
-                from ..encoding.encoder import SparseDocumentEncoder
+                from .encoder import SparseDocumentEncoder
                 from ..inference_free import inference_free_parts, is_inference_free
 
                 path = str(inference_free_parts(self.path)[0]) if is_inference_free(self.path) else self.path
@@ -95,3 +95,50 @@ class SparseKeyedEncoder:
 def sparse_encoder_query_fn(path: str) -> Callable[[str], dict[str, float]]:
     """``text -> {token: weight}`` with the model's query side (``encode_query``)."""
     return SparseKeyedEncoder(path)
+
+
+def _to_csr(emb: torch.Tensor) -> sp.csr_matrix:
+    emb = emb.detach().cpu()
+    if emb.is_sparse:
+        emb = emb.coalesce()
+        idx = emb.indices().numpy()
+        vals = emb.values().float().numpy()
+        return sp.csr_matrix((vals, (idx[0], idx[1])), shape=tuple(emb.shape))
+    return sp.csr_matrix(emb.float().numpy())
+
+
+def encode_to_csr(
+    encoder,
+    texts: Sequence[str],
+    kind: Literal["query", "document"] = "document",
+    batch_size: int = 32,
+    show_progress_bar: bool = False,
+) -> sp.csr_matrix:
+    """Encode ``texts`` into a CSR matrix ``[n, V]`` with special-token columns zeroed.
+
+    ``encoder`` is a sentence-transformers ``SparseEncoder`` or the toolkit's batch encoder
+    (:class:`opensearch_lsr.encoding.encoder.SparseDocumentEncoder`, same vectors, faster on CPU).
+    """
+    if hasattr(encoder, "encode_dense"):
+        rows = []
+        for start in range(0, len(texts), 1024):
+            dense = encoder.encode_dense(list(texts[start:start + 1024]))
+            rows.append(sp.csr_matrix(dense.numpy()))
+        mat = sp.vstack(rows).tocsr() if rows else sp.csr_matrix((0, encoder.vocab_size))
+        mat.eliminate_zeros()
+        return mat
+    fn = encoder.encode_query if kind == "query" else encoder.encode_document
+    chunks = []
+    step = max(batch_size * 32, 1)
+    for start in range(0, len(texts), step):
+        emb = fn(list(texts[start:start + step]), batch_size=batch_size, convert_to_sparse_tensor=True,
+                 show_progress_bar=show_progress_bar)
+        chunks.append(_to_csr(emb))
+    mat = sp.vstack(chunks).tocsr() if chunks else sp.csr_matrix((0, encoder.get_embedding_dimension()))
+    specials = special_token_ids(encoder.tokenizer)
+    if specials:
+        mask = np.ones(mat.shape[1], dtype=np.float32)
+        mask[[s for s in specials if s < mat.shape[1]]] = 0.0
+        mat = (mat @ sp.diags(mask)).tocsr()
+    mat.eliminate_zeros()
+    return mat
