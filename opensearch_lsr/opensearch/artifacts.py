@@ -350,7 +350,8 @@ def resolve_query_idf(model_dir: str | os.PathLike, transformer: Any, backend: A
     """The ``idf.json`` of the query side and where it came from (the IDF step): a corpus, a given
     file, the model dir's ``idf.json``, a Router's static query weights, or none (ML Commons: 1.0)."""
     from ..transfer.surgery import resolve_model_path
-    from .idf import compute_idf, iter_corpus_texts, load_idf
+    from ..corpus import iter_corpus_texts
+    from .idf import compute_idf, load_idf
 
     # an idf.json saved with the model (inference-free Router dirs keep it at their root)
     model_idf_file = next((c for c in (Path(resolve_model_path(str(model_dir))) / "idf.json",

@@ -285,7 +285,7 @@ def query_tokens_for(text: str, model: str | os.PathLike, idf: Mapping[str, floa
         from transformers import AutoTokenizer
 
         return tokenize_query(text, AutoTokenizer.from_pretrained(str(path)), idf, key_format)
-    from ..local.encoders import SparseKeyedEncoder
+    from ..encoding.keyed import SparseKeyedEncoder
 
     return cap_query_weights(SparseKeyedEncoder(str(path), key_format=key_format)(text))
 
