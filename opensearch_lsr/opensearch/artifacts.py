@@ -336,6 +336,9 @@ def build_manifest(*, name: str, version: str, enc_zip: Path, pt_name: str, tok_
         "idf": {"source": idf_source, "entries": len(idf) if idf is not None else 0},
         "key_collisions": collisions,
         "torchscript": ts_facts,
+        # DJL loads one predictor per device of the ML node and warms each up: a graph with device
+        # constants fails on the others (ml-commons DLModel.loadModel; contract 1.6)
+        "ml_node_devices": ts_facts.get("devices") or ["any"],
         "toolkit_version": toolkit_version,
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,

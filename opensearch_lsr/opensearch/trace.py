@@ -94,7 +94,11 @@ def _torchscript_facts(pt_path: Path, traced) -> dict[str, Any]:
         version_entry = next((n for n in zf.namelist() if n.endswith(("/.data/version", "/version"))), None)
         file_version = int(zf.read(version_entry).decode().strip()) if version_entry else None
     ops = sorted({node.kind() for node in traced.inlined_graph.nodes()})
-    return {"file_format_version": file_version, "ops": ops}
+    # device constants recorded by the trace (transformers' mask construction records torch.device("cpu")):
+    # such a graph runs on that device only, whatever device DJL moves the inputs to (issue 13 item 7)
+    devices = sorted({str(node.output().toIValue()) for node in traced.inlined_graph.nodes()
+                      if node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"})
+    return {"file_format_version": file_version, "ops": ops, "devices": devices}
 
 
 def safe_name(name: str) -> str:

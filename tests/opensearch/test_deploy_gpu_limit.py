@@ -1,7 +1,8 @@
 """GPU ML nodes (issue 13 item 7): the exported trace pins CPU, and every user-facing surface says so.
 
 No GPU is lent to this task, so the trace is not made device-agnostic (that could not be proven);
-instead the limit is stated in ``export --help``, ``deploy-model --help`` and the deploy error hint.
+instead the limit is stated in the manifest (``ml_node_devices``), ``export --help``, ``deploy-model
+--help`` and the deploy error hint.
 This test keeps those statements tied to the graph: if a future trace drops its device constants,
 it fails and the statements must be revisited.
 """
@@ -28,9 +29,10 @@ def _device_constants(zip_path) -> list[str]:
 def test_cpu_pinned_trace_is_stated_everywhere(tmp_path, tiny_source_dir):
     from opensearch_lsr.opensearch.artifacts import export_bundle
 
-    export_bundle(str(tiny_source_dir), tmp_path / "bundle", verify=False)
+    manifest = export_bundle(str(tiny_source_dir), tmp_path / "bundle", verify=False)
     devices = _device_constants(tmp_path / "bundle" / "sparse_encoding.zip")
     assert devices == ["cpu"]  # transformers' mask construction records torch.device("cpu")
+    assert manifest["ml_node_devices"] == ["cpu"] and manifest["torchscript"]["devices"] == ["cpu"]
     runner = CliRunner()
     assert "CPU ML nodes" in runner.invoke(cli, ["export", "--help"]).output
     assert "CPU ML nodes only" in runner.invoke(cli, ["deploy-model", "--help"]).output
