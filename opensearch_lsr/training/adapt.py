@@ -281,6 +281,8 @@ def adapt(config: AdaptConfig) -> AdaptResult:
     if finished is not None:
         logger.info("%s is already adapted with this config: nothing to do", out)
         return finished
+    # load the model first: a wrong --model fails in one line before any teacher work
+    tokenizer = load_sparse_encoder(resolve_model_path(config.model)).tokenizer
     work = out / WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     corpus, bad = read_adapt_corpus(config.corpus)
@@ -320,7 +322,6 @@ def adapt(config: AdaptConfig) -> AdaptResult:
 
     idf_path = work / "corpus_idf.json"
     if config.inference_free and not idf_path.is_file():
-        tokenizer = load_sparse_encoder(resolve_model_path(config.model)).tokenizer
         write_json(idf_path, compute_idf(list(corpus.values()), tokenizer))
     train_config = TrainConfig(
         model=config.model, dataset=str(pairs_path), out=str(out), loss=config.loss,
