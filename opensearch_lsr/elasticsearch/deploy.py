@@ -63,7 +63,10 @@ class ClientTransport:
         self.client = client
 
     def request(self, method, path, params=None, body=None):
+        from elastic_transport import TransportError
         from elasticsearch import ApiError
+
+        from .client import EsConnectionError
 
         headers = {"accept": "application/json"}
         if body is not None:
@@ -73,6 +76,10 @@ class ClientTransport:
             return resp.meta.status, resp.body
         except ApiError as err:
             return err.meta.status, err.body
+        except TransportError as err:  # connection refused, TLS failure, timeout: no status, no body
+            # the message names the error class only: elastic_transport's text can carry the node URL
+            raise EsConnectionError(f"{method} {path} did not reach the cluster ({type(err).__name__}); check --url "
+                                    "/ --cloud-id, TLS options and that the cluster is up") from err
 
 
 class RecordingTransport:

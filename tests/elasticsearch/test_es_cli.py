@@ -81,6 +81,15 @@ def test_connection_errors_are_one_sentence(monkeypatch, es_bundle):
     assert res.exit_code != 0 and "needs --url" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--api-key", "abc", "--url", "http://x:9200"])
     assert res.exit_code != 0 and "add --backend elasticsearch" in res.output
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch", "--url",
+                                   f"http://elastic:pw@127.0.0.1:{port}", "--max-retries", "0"])
+    assert res.exit_code != 0 and "did not reach the cluster" in res.output and "Traceback" not in res.output
+    assert ":pw@" not in res.output
     secret = "s3cr3t-key"
     res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch", "--url", "ftp://x",
                                    "--api-key", secret])
