@@ -71,6 +71,8 @@ DEFAULT_STOP_TAGS = frozenset(
 _PUNCT_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Pd", "Ps", "Pe", "Pc", "Po", "Sm", "Sc", "Sk", "So",
                                "Pi", "Pf"})
 _HANGUL_LETTER_ARAEA = "\u318d"
+#: Bumped when the analysis of a text changes (cached postings carry it in their key).
+_IMPLEMENTATION = 2
 
 
 class NoriConfigError(LsrError, ValueError):
@@ -306,7 +308,7 @@ class NoriAnalyzer:
 
     def settings(self) -> dict[str, Any]:
         """This configuration as JSON-able settings (saved next to indices built with it)."""
-        return {"decompound_mode": self.decompound_mode,
+        return {"analyzer": "nori", "implementation": _IMPLEMENTATION, "decompound_mode": self.decompound_mode,
                 "stop_tags": sorted(self.stop_tags) if self.stop_tags is not None else None,
                 "reading_form": self.reading_form, "lowercase": self.lowercase,
                 "discard_punctuation": self.discard_punctuation}
