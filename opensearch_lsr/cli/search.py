@@ -35,7 +35,8 @@ __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
 @click.option("--field", default=None,
               help="rank_features/sparse_vector field (default: the index's only one, else sparse_embedding).")
 @click.option("--ann-k", type=int, default=None,
-              help="sparse_vector (SEISMIC, 3.3+): method_parameters.k, hits per shard (cluster default 10).")
+              help="sparse_vector (SEISMIC, 3.3+): method_parameters.k, hits per shard (cluster default 10; "
+                   "on 3.4+ the default sent is --size). On 3.3 any --ann-* switches from exact to ANN scoring.")
 @click.option("--ann-top-n", type=int, default=None,
               help="sparse_vector: method_parameters.top_n, query tokens kept (cluster default 10).")
 @click.option("--ann-heap-factor", type=float, default=None,
@@ -86,6 +87,9 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
             field, key_format, nested_path = target_field.name, target_field.key_format, target_field.nested_path
             if ann and target_field.kind != "sparse_vector":
                 fail(f"--ann-k/--ann-top-n/--ann-heap-factor apply to sparse_vector fields; {field} is {target_field.kind}")
+            if target_field.kind == "sparse_vector" and tuple(version[:2]) >= (3, 4) and "k" not in ann:
+                # 3.4+ always runs SEISMIC with k 10 by default: ask for as many hits as --size
+                ann["k"] = max(size, 10)
             method_params = ann or None
         if ann and backend == "local":
             fail("--ann-k/--ann-top-n/--ann-heap-factor apply to OpenSearch sparse_vector indices")

@@ -116,3 +116,27 @@ def test_index_to_an_unreachable_cluster_fails_in_one_line(tmp_path, splade_tiny
     assert res.stdout.strip() == "" and res.stderr.strip().splitlines()[-1] == (
         "Error: cannot reach the cluster at http://127.0.0.1:9: connection refused")
     assert not [line for line in res.stderr.splitlines() if line.startswith(("WARNING", "GET ", "HEAD "))]
+
+
+def test_search_on_3_4_sparse_vector_asks_for_size_hits(tmp_path, splade_tiny_dir):
+    """From 3.4 neural-search always runs SEISMIC with k=10 unless told: search sends k=--size."""
+    import zipfile
+
+    from opensearchpy.helpers import bulk
+
+    from opensearch_lsr.opensearch.client import client_from_options
+
+    zpath = tmp_path / "sparse_tokenize.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.write(splade_tiny_dir / "tokenizer.json", "tokenizer.json")
+    d = make_double("3.4.0")
+    try:
+        client = client_from_options(url=d.url)
+        _run("create-index", "ann", "--kind", "sparse_vector", "--vocab-size", 30522, "--url", d.url)
+        bulk(client, [{"_index": "ann", "_id": f"d{i}", "_source": {"text": "t", "sparse_embedding": {"1996": 1.0 + i}}}
+                      for i in range(15)], refresh=True)
+        out = _run("search", "the", "--index", "ann", "--backend", "opensearch", "--mode", "tokens", "--model", zpath,
+                   "--size", 12, "--url", d.url)
+        assert out.splitlines()[0].startswith("12 hits")
+    finally:
+        d.stop()
