@@ -167,17 +167,15 @@ def validate_prune(prune_type: str | None, prune_ratio: float | None) -> tuple[s
 
 
 def parse_prune(spec: str | None) -> tuple[str, float | None]:
-    """``"max_ratio:0.1"`` -> ``("max_ratio", 0.1)``; ``None``/``"none"`` -> ``("none", None)``."""
-    if not spec or spec == "none":
-        return "none", None
-    ptype, sep, ratio = spec.partition(":")
-    if not sep:
-        raise IndexSetupError(f"--prune must look like TYPE:RATIO (e.g. max_ratio:0.1), got {spec!r}")
+    """``"max_ratio:0.1"`` -> ``("max_ratio", 0.1)``; ``None``/``"none"`` -> ``("none", None)``; parsed by
+    :func:`opensearch_lsr.pruning.parse_prune`, returned as the pair the pipeline body takes."""
+    from ..pruning import parse_prune as parse_spec
+
     try:
-        value = float(ratio)
+        config = parse_spec(spec)
     except ValueError as err:
-        raise IndexSetupError(f"prune ratio must be a number, got {ratio!r}") from err
-    return validate_prune(ptype, value)
+        raise IndexSetupError(str(err)) from None
+    return validate_prune(config.prune_type, config.prune_ratio)
 
 
 def resolve_text_analyzer(requested: str, features: ClusterFeatures) -> str:
