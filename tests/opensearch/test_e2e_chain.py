@@ -87,6 +87,7 @@ def test_sparse_vector_chain_uses_token_ids(double, tmp_path, splade_tiny_dir):
     body = json.loads(found.split("# request body", 1)[1].split("\n", 1)[1].rsplit("}\n", 1)[0] + "}")
     clause = body["query"]["neural_sparse"]["sparse_embedding"]
     assert all(k.isdigit() for k in clause["query_tokens"]) and clause["method_parameters"] == {"k": 2}
+    assert double.violations == []
 
 
 def test_split_chain_is_mapped_and_searched_nested(double, tmp_path, splade_tiny_dir):
@@ -106,6 +107,7 @@ def test_split_chain_is_mapped_and_searched_nested(double, tmp_path, splade_tiny
     found = _run("search", "stock markets and interest rates", "--index", "long", "--backend", "opensearch",
                  "--mode", "tokens", "--model", splade_tiny_dir, *url)
     assert _top(found) == "d3"
+    assert double.violations == []
 
 
 def test_index_to_an_unreachable_cluster_fails_in_one_line(tmp_path, splade_tiny_dir):

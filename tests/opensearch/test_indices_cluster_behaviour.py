@@ -24,6 +24,9 @@ def cluster(request):
     double = make_double(version)
     yield double, client_from_options(url=double.url, max_retries=0), V(version)
     double.stop()
+    # every request the toolkit (and these tests) sent is valid against the vendored OpenAPI spec,
+    # up to the documented deviations (double/spec.py ALLOWED_DEVIATIONS)
+    assert double.violations == [], double.violations
 
 
 def _docs(client, index, docs):
