@@ -298,8 +298,9 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
             raise ApiError(405, "method_not_allowed", "method not allowed")
         ack = {"persistent": {}, "transient": {}}
         for scope in ("persistent", "transient"):
-            for key in (body.get(scope) or {}):
-                if key not in KNOWN_SETTINGS:
+            for key, value in (body.get(scope) or {}).items():
+                # AbstractScopedSettings.updateSettings: deleting (null) an unknown key is allowed
+                if key not in KNOWN_SETTINGS and value is not None:
                     raise ApiError(400, "illegal_argument_exception", f"{scope} setting [{key}], not recognized")
         for scope in ("persistent", "transient"):
             for key, value in (body.get(scope) or {}).items():
