@@ -29,8 +29,8 @@ sub = subset()
 tok = str(shared_data_dir() / "kobigbird-bert-base-tokenizer")
 for spec in sys.argv[1:]:
     kw = json.loads(spec); w = kw.pop("w")
-    sb.get_bridge = lambda name, prompt="query": Combo(["query", "passage"], [w, 1 - w])
     name = f"combo_w{w}_" + "_".join(f"{k}{v}" for k, v in kw.items())
-    out = sb.sembridge_transfer(sb.SemBridgeConfig(source="splade-tiny", target_tokenizer=tok, out=f"runs/prompt_ensemble/{name}", **kw))
+    out = sb.sembridge_transfer(sb.SemBridgeConfig(source="splade-tiny", target_tokenizer=tok, out=f"runs/prompt_ensemble/{name}", **kw),
+                                bridge=Combo(["query", "passage"], [w, 1 - w]))
     m = evaluate_encoder(SparseDocumentEncoder(str(out), batch_size=64), sub, batch_size=64)
     print(json.dumps({"name": name, "mrr@10": round(m["mrr@10"], 4), "ndcg@10": round(m["ndcg@10"], 4), "doc_dims": round(m["doc_active_dims"]), "query_dims": round(m["query_active_dims"], 1)}), flush=True)

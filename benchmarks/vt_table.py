@@ -16,7 +16,7 @@ export; special dims zeroed). Variants are named ``<vocab>-<init>[-mlm][-apc<rat
 - ``apc<rate>``: Activation Potential Calibration to ``rate`` (``source``: the untouched source model's
   own rate on ``--apc-reference`` passages, by default the parallel English MS MARCO ones). APC is the
   last step, so an APC variant is its parent with the calibrated bias; it is evaluated from the
-  parent's encode (see :class:`PooledLogitEncoder`), checked against sentence-transformers on
+  parent's encode (``SparseDocumentEncoder.encode_pooled_logits``), checked against sentence-transformers on
   ``--verify`` passages of the saved APC model.
 - ``sembridge``: ``--sembridge-model`` (an existing SemBridge model dir, evaluated here so the rows are
   comparable) or a SemBridge transfer with the ``--sembridge`` settings.
@@ -156,37 +156,23 @@ def build(spec: dict, args, out: Path, data: Path) -> tuple[Path, dict]:
     return model_dir, read_json(model_dir / "transfer_config.json")
 
 
-class PooledLogitEncoder(SparseDocumentEncoder):
-    """H-encode's batch encoder (same vectors as sentence-transformers, faster on CPU), stopped before the
-    activation: ``encode_dense`` returns the max-pooled *pre-ReLU* logits.
+def shifted_csr(pooled: torch.Tensor, shift: float, enc: SparseDocumentEncoder) -> sp.csr_matrix:
+    """SPLADE weights of pooled pre-ReLU logits after a bias shift (``enc.activate``: specials zeroed as the export).
 
-    APC adds one constant ``c`` to the output bias, and ``max_p(x_p + c) = max_p(x_p) + c`` while
-    ``log1p(relu(.))`` is monotone, so an APC variant's vectors are ``log1p(relu(pooled + c))`` of its
-    parent's pooled logits: one encode of the parent gives both rows (the benchmark's main CPU saving;
-    ``--verify`` checks it against sentence-transformers on the saved APC model).
+    APC adds one constant ``c`` to the output bias and ``max_p(x_p + c) = max_p(x_p) + c``, so an APC
+    variant's vectors come from its parent's pooled logits (one encode gives every row; ``--verify`` checks
+    it against sentence-transformers on the saved APC model).
     """
-
-    def _encode_sorted(self, batch: list[list[int]]) -> torch.Tensor:
-        input_ids, mask, lens = self._pad_batch(batch)
-        hidden = self.head.body(input_ids, mask)
-        return self._pooled_logit_max(self.head.transform(hidden[mask.bool()]), lens)
-
-
-def shifted_csr(pooled: torch.Tensor, shift: float, enc: PooledLogitEncoder) -> sp.csr_matrix:
-    """SPLADE weights of pooled pre-ReLU logits after a bias shift, special dims zeroed (as the export)."""
-    act = (pooled + shift).relu_().log1p_()
-    if enc.activation == "log1p_relu":
-        act = act.log1p_()
-    act[:, enc.special_ids] = 0.0
+    act = enc.activate(pooled + shift)
     mat = sp.csr_matrix(act.numpy())
     mat.eliminate_zeros()
     return mat
 
 
-def encode_shifts(enc: PooledLogitEncoder, texts: list[str], shifts: list[float], block: int = 512) -> list:
+def encode_shifts(enc: SparseDocumentEncoder, texts: list[str], shifts: list[float], block: int = 512) -> list:
     parts: list[list[sp.csr_matrix]] = [[] for _ in shifts]
     for start in tqdm(range(0, len(texts), block), desc="encode", unit="block", leave=False):
-        pooled = enc.encode_dense(texts[start:start + block])
+        pooled = enc.encode_pooled_logits(texts[start:start + block])
         for i, c in enumerate(shifts):
             parts[i].append(shifted_csr(pooled, c, enc))
     return [sp.vstack(p).tocsr() for p in parts]
@@ -194,7 +180,7 @@ def encode_shifts(enc: PooledLogitEncoder, texts: list[str], shifts: list[float]
 
 def evaluate_shifts(model_dir: Path, dataset, shifts: list[float]) -> list[dict]:
     """MRR@10 / nDCG@10 / R@100 + sparsity of ``model_dir`` with its output bias shifted by each ``c``."""
-    enc = PooledLogitEncoder(str(model_dir), device="cpu", precision="fp32", batch_size=32)
+    enc = SparseDocumentEncoder(str(model_dir), device="cpu", precision="fp32", batch_size=32)
     doc_ids, qids = list(dataset.corpus), list(dataset.queries)
     docs = encode_shifts(enc, [dataset.corpus[d] for d in doc_ids], shifts)
     queries = encode_shifts(enc, [dataset.queries[q] for q in qids], shifts)
@@ -208,8 +194,8 @@ def evaluate_shifts(model_dir: Path, dataset, shifts: list[float]) -> list[dict]
 
 def verify_shift(parent: Path, child: Path, shift: float, texts: list[str]) -> float:
     """Max |difference| between the parent's shifted vectors and sentence-transformers on the APC model."""
-    enc = PooledLogitEncoder(str(parent), device="cpu", precision="fp32")
-    ours = torch.from_numpy(shifted_csr(enc.encode_dense(texts), shift, enc).toarray())
+    enc = SparseDocumentEncoder(str(parent), device="cpu", precision="fp32")
+    ours = torch.from_numpy(shifted_csr(enc.encode_pooled_logits(texts), shift, enc).toarray())
     st = load_sparse_encoder(str(child)).encode_document(texts, convert_to_tensor=True).to_dense().float()
     st[:, enc.special_ids] = 0.0
     return float((ours - st).abs().max())

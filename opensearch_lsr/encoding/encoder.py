@@ -254,14 +254,37 @@ class SparseDocumentEncoder:
     @torch.inference_mode()
     def encode_dense(self, texts: Sequence[str]) -> torch.Tensor:
         """``[n, V]`` float32 weights on CPU, in input order (special dims zeroed if configured)."""
+        return self._in_batches(texts, self._encode_sorted)
+
+    @torch.inference_mode()
+    def encode_pooled_logits(self, texts: Sequence[str]) -> torch.Tensor:
+        """``[n, V]`` max-pooled MLM logits *before* the activation, float32 on CPU, input order.
+
+        The hook for output-bias studies: adding ``c`` to the bias adds ``c`` to every pooled logit
+        (``max_p(x_p + c) = max_p(x_p) + c``), so ``activate(pooled + c)`` gives the shifted model's
+        weights from one encode (Activation Potential Calibration sweeps, ``benchmarks/vt_table.py``).
+        """
+        return self._in_batches(texts, self._pooled_sorted)
+
+    def activate(self, pooled: torch.Tensor) -> torch.Tensor:
+        """SPLADE weights of max-pooled logits, in place: ``log1p(relu(.))`` (``log1p`` twice for
+        ``log1p_relu``), special dims zeroed as the export does."""
+        act = pooled.relu_().log1p_()
+        if self.activation == "log1p_relu":
+            act = act.log1p_()
+        if self.zero_special_tokens and self.special_ids:
+            act[:, self.special_ids] = 0.0
+        return act
+
+    def _in_batches(self, texts: Sequence[str], encode_sorted: Callable[[list[list[int]]], torch.Tensor]) -> torch.Tensor:
         if isinstance(texts, str):
-            raise TypeError("encode_dense expects a list of texts, not a single string")
+            raise TypeError("expected a list of texts, not a single string")
         ids = self.tokenize(texts)
         out = torch.zeros(len(ids), self.vocab_size, dtype=torch.float32)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
-            out[idx] = self._encode_sorted([ids[i] for i in idx]).float().cpu()
+            out[idx] = encode_sorted([ids[i] for i in idx]).float().cpu()
         self.stats.texts += len(ids)
         self.stats.tokens += sum(map(len, ids))
         return out
@@ -279,6 +302,10 @@ class SparseDocumentEncoder:
 
     def _encode_sorted(self, batch: list[list[int]]) -> torch.Tensor:
         """Weights ``[b, V]`` for one micro-batch of token-id lists (roughly equal lengths)."""
+        return self.activate(self._pooled_sorted(batch))
+
+    def _pooled_sorted(self, batch: list[list[int]]) -> torch.Tensor:
+        """Max-pooled logits ``[b, V]`` (float32) for one micro-batch of token-id lists."""
         input_ids, mask, lens = self._pad_batch(batch)
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         with self._autocast():
@@ -290,12 +317,7 @@ class SparseDocumentEncoder:
                 hidden = self.head.body(input_ids, mask)
                 packed = self.head.transform(hidden[mask.bool()])  # real tokens only: [sum(lens), H]
                 pooled = self._pooled_logit_max(packed, lens)
-        act = pooled.relu_().log1p_()
-        if self.activation == "log1p_relu":
-            act = act.log1p_()
-        if self.zero_special_tokens and self.special_ids:
-            act[:, self.special_ids] = 0.0
-        return act
+        return pooled
 
     def _pooled_logit_max(self, packed: torch.Tensor, lens: list[int]) -> torch.Tensor:
         """``max_i (packed_i W^T + b)`` per document, in vocab chunks, never ``[tokens, V]`` at once.

@@ -23,7 +23,7 @@ from ..config import ArtifactConfig
 from .alignment import entmax_mixing, prepare_space
 from .baselines import BASELINES, init_baseline
 from .outputs import ALIGNMENT_FILE, save_alignment, vocabulary_facts
-from .bridge import get_bridge
+from .bridge import Bridge, get_bridge
 from .surgery import (
     TransferInputError,
     load_source_model,
@@ -126,12 +126,14 @@ def compute_sembridge_rows(
     source_rows: np.ndarray,
     new_ids: np.ndarray,
     timings: dict[str, float],
+    bridge: Bridge | None = None,
 ) -> tuple[np.ndarray, sp.csr_matrix, dict]:
     """Mix source rows ``[V_s, H+1]`` into rows for the target ids ``new_ids``.
 
+    ``bridge``: a ready bridge (anything with ``name`` and ``embed(texts, desc=)``) instead of ``config.bridge``.
     Returns the rows, the mixing weights as CSR ``[len(new_ids), V_s]`` and facts for the report.
     """
-    bridge = get_bridge(config.bridge, prompt=config.prompt)
+    bridge = bridge or get_bridge(config.bridge, prompt=config.prompt)
     t0 = time.perf_counter()
     target_vecs = bridge.embed(token_surfaces(target_tokenizer), desc="bridge: target vocab")
     source_vecs = bridge.embed(token_surfaces(source_tokenizer), desc="bridge: source vocab")
@@ -191,9 +193,10 @@ def compute_sembridge_rows(
     return mixed, weights, facts
 
 
-def sembridge_transfer(config: SemBridgeConfig) -> Path:
+def sembridge_transfer(config: SemBridgeConfig, bridge: Bridge | None = None) -> Path:
     """Run the transfer and write ``config.out``: a ``SparseEncoder`` directory, ``transfer_config.json``
     and ``alignment.npz`` (CSR ``[V_t, V_s]`` mixing weights; overlap rows one-hot on their source).
+    ``bridge`` replaces the one ``config.bridge`` names (experiments with custom bridges).
 
     Raises:
         TransferInputError: bad paths/ids, a non-MLM source, invalid parameters, bridge failure.
@@ -223,12 +226,13 @@ def sembridge_transfer(config: SemBridgeConfig) -> Path:
     weights_new: sp.csr_matrix | None = None
     try:
         if config.init == "sembridge":
-            rows, weights_new, facts = compute_sembridge_rows(config, source_tok, target_tok, source_rows, new_ids, timings)
+            rows, weights_new, facts = compute_sembridge_rows(config, source_tok, target_tok, source_rows, new_ids, timings,
+                                                              bridge)
         else:
             needs_bridge = config.init in ("focus", "ofa")
             new_vecs = src_vecs = None
             if needs_bridge:
-                bridge = get_bridge(config.bridge, prompt=config.prompt)
+                bridge = bridge or get_bridge(config.bridge, prompt=config.prompt)
                 t0 = time.perf_counter()
                 tv = bridge.embed(token_surfaces(target_tok), desc="bridge: target vocab")
                 sv = bridge.embed(token_surfaces(source_tok), desc="bridge: source vocab")
