@@ -62,6 +62,12 @@ def test_deploy_index_search_eval_on_the_double(es_double, es_bundle, tmp_path, 
     hits = _json(runner.invoke(cli, ["search", "--index", "docs", "--backend", "elasticsearch", "--mode", "model",
                                      "--model-id", "ko-ep", "capital of korea"]))
     assert hits[0]["_id"] == "d3"
+    tokens = _json(runner.invoke(cli, ["search", "--index", "docs", "--backend", "elasticsearch", "--mode", "tokens",
+                                       "--model", "splade-tiny", "capital of korea"]))
+    assert tokens[0]["_id"] == "d3"
+    hybrid = _json(runner.invoke(cli, ["search", "--index", "docs", "--backend", "elasticsearch", "--mode", "hybrid",
+                                       "--model-id", "ko-ep", "--size", "3", "capital of korea"]))
+    assert {h["_id"] for h in hybrid} <= set(CORPUS) and hybrid[0]["_score"] <= 2 / 61
     ds = tmp_path / "ds"
     (ds / "qrels").mkdir(parents=True)
     (ds / "corpus.jsonl").write_text(corpus.read_text(encoding="utf-8"), encoding="utf-8")
