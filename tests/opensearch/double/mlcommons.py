@@ -100,7 +100,7 @@ class MLCommonsMixin:
             model = self._model(segs[1])
             if model["model_state"] in ("DEPLOYED", "DEPLOYING", "PARTIALLY_DEPLOYED"):
                 raise ApiError(400, "illegal_argument_exception",
-                               f"Model cannot be deleted in deploying or deployed state. Try undeploy model first then delete")
+                               "Model cannot be deleted in deploying or deployed state. Try undeploy model first then delete")
             del self.models[segs[1]]
             self.chunks.pop(segs[1], None)
             return 200, {"_index": ".plugins-ml-model", "_id": segs[1], "result": "deleted"}
