@@ -318,6 +318,8 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
               "metrics": metrics, "sweep": sweep, "plot": str(plot) if plot else None,
               "run_file": str(out / "run.trec"), "timings": timings}
     if lexical_rows:  # the nori row leads, hybrids follow the model
+        result["lexical_rows"] = [{"name": r.name, "metrics": r.metrics, "seconds": r.seconds,
+                                   "query_ms": 1000.0 * r.seconds / max(1, len(r.run))} for r in lexical_rows]
         model_row = {"system": name, **metrics, "query_ms": 1000.0 * timings["search"] / max(1, len(qids))}
         result["rows"] = ([r.table_row() for r in lexical_rows if not r.name.startswith("hybrid")] + [model_row]
                           + [r.table_row() for r in lexical_rows if r.name.startswith("hybrid")])

@@ -49,6 +49,9 @@ def test_eval_reports_the_nori_row_first_and_the_hybrid(ko_beir, tiny_source_dir
     # the backend's `match` bodies give exactly the in-memory nori BM25 figures
     expected = evaluate_run(QRELS, LuceneBM25.build(DOCS).search(QUERIES, k=100))
     assert rows[0]["mrr@10"] == pytest.approx(expected["mrr@10"]) and rows[0]["mrr@10"] == 1.0
+    lexical = json.loads((out / "report.json").read_text(encoding="utf-8"))["lexical_rows"]
+    assert [r["name"] for r in lexical] == [rows[0]["system"], rows[-1]["system"]]
+    assert lexical[0]["metrics"]["mrr@10"] == rows[0]["mrr@10"] and lexical[1]["query_ms"] > 0
     report = (out / "report.md").read_text(encoding="utf-8")
     assert report.index("BM25 (nori analyzer)") < report.index("hybrid BM25")
     assert (out / "run-bm25-nori.trec").exists() and (out / "run-hybrid-min_max.trec").exists()
