@@ -139,3 +139,15 @@ def test_export_refuses_tokenizers_elasticsearch_cannot_mirror():
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     assert _bert_settings(object(), tok) == {"do_lower_case": True}
     assert es_model_id("Org/My Model.v1") == "org__my_model.v1"
+
+
+def test_cloud_id_and_basic_auth_clients():
+    import base64
+
+    cloud_id = "ko-deploy:" + base64.b64encode(b"eu-west-1.aws.found.io:443$abc123$def456").decode()
+    client = make_es_client(cloud_id=cloud_id, user="elastic", password="pw")
+    node = client.transport.node_pool.get().config
+    assert node.host == "abc123.eu-west-1.aws.found.io" and node.scheme == "https" and node.verify_certs is True
+    assert "pw" not in str(describe_connection(cloud_id=cloud_id, user="elastic", password="pw"))
+    with pytest.raises(EsConnectionError, match="invalid connection options|cloud"):
+        make_es_client(cloud_id="not-a-cloud-id")
