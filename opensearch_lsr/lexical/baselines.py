@@ -19,7 +19,7 @@ from .fusion import HybridFusion
 from .queries import hybrid_query, match_query
 
 __all__ = ["Baseline", "HybridTechnique", "LexicalRow", "PipelineSearch", "local_pipeline_search",
-           "opensearch_pipeline_search", "baseline_row", "hybrid_row", "NO_MATCH", "BASELINE_NAME"]
+           "opensearch_pipeline_search", "baseline_row", "hybrid_row", "check_choices", "NO_MATCH", "BASELINE_NAME"]
 
 logger = logging.getLogger(__name__)
 
