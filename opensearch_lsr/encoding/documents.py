@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 import numpy as np
 
@@ -151,9 +151,3 @@ def nested_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEF
         text_field: {"type": "text"},
         sparse_field: {"type": "nested", "properties": {"sparse_encoding": sparse, "text": {"type": "text"}}},
     }}
-
-
-def check_policy(policy: str) -> LongTextPolicy:
-    if policy not in get_args(LongTextPolicy):
-        raise ValueError(f"long-text policy {policy!r} is not one of {', '.join(get_args(LongTextPolicy))}")
-    return policy  # type: ignore[return-value]

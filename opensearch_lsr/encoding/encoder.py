@@ -399,12 +399,6 @@ class SparseDocumentEncoder:
             return out
         return self.encode(batch)
 
-    def flops_per_token(self) -> float:
-        """Approximate forward FLOPs per token (body ~ 2 x parameters; head 2 x H x V), for reports."""
-        params = sum(p.numel() for p in self.model.parameters())
-        head = self.head.weight.numel() if self.head is not None else 0
-        return 2.0 * (params - head) + 2.0 * head
-
     def __repr__(self) -> str:
         return (f"SparseDocumentEncoder({self.model_path!r}, device={self.device}, precision={self.precision}, "
                 f"batch_size={self.batch_size}, max_length={self.max_length}, vocab={self.vocab_size})")
