@@ -1,4 +1,5 @@
-"""Elasticsearch on the existing commands: ``export --target``, ``deploy-model/index/search/eval --backend elasticsearch``.
+"""Elasticsearch on the existing commands: ``export --target``, ``deploy-model``, ``create-index``,
+``create-pipeline``, ``index``, ``search``, ``eval`` with ``--backend elasticsearch``.
 
 The commands live in their own modules (``deploy``, ``index``, ``search``); this module adds the
 Elasticsearch options to them when it is imported (after them, see ``cli/__init__.py``) and routes a
@@ -219,3 +220,61 @@ extend_command("search", _es_connection(), lambda kw, es: kw["backend"] == "elas
                backend_choice=True)
 extend_command("eval", _es_connection(), lambda kw, es: kw["backend"] == "elasticsearch", _eval,
                backend_choice=True)
+
+
+# ---- create-index / create-pipeline --backend elasticsearch ---------------------------------------------
+
+def _create_index(kw: dict, es: dict) -> None:
+    from ..elasticsearch.client import detect_es_features
+    from ..elasticsearch.deploy import ClientTransport
+    from ..elasticsearch.indices import create_index, index_body, index_options
+
+    if kw["kind"] != "rank_features" or kw["long_text"] != "truncate" or kw["search_pipeline"]:
+        fail("--backend elasticsearch creates one exact sparse_vector field (no --kind sparse_vector/SEISMIC, "
+             "--long-text split or --search-pipeline)")
+    if kw["text_analyzer"] == "standard":
+        fail("--backend elasticsearch: --text-analyzer is one of auto, nori, cjk")
+    client = es_client_from_options(kw, es)
+    with user_errors():
+        features = detect_es_features(client)
+        options = index_options(features, es["prune_tokens"], es["tokens_freq_ratio_threshold"],
+                                es["tokens_weight_threshold"])
+        body = index_body(features, text_field=kw["text_field"], sparse_field=kw["vector_field"],
+                          text_analyzer=kw["text_analyzer"], default_pipeline=kw["pipeline"], options=options)
+        out = create_index(ClientTransport(client), kw["name"], body)
+    echo_json({"index": kw["name"], "acknowledged": out.get("acknowledged"), "backend": "elasticsearch",
+               "cluster": features.to_dict(), "mappings": body["mappings"]})
+
+
+def _create_pipeline(kw: dict, es: dict) -> None:
+    from ..elasticsearch.deploy import ClientTransport
+    from ..elasticsearch.indices import pipeline_body, put_pipeline
+
+    if kw["kind"] != "ingest":
+        fail("--backend elasticsearch: only `create-pipeline ingest` (hybrid search is the rrf retriever of "
+             "`lsr-os search --mode hybrid`, no search pipeline)")
+    if not kw["model_id"]:
+        fail("create-pipeline ingest needs --model-id (the text_expansion model id printed by deploy-model)")
+    client = es_client_from_options(kw, es)
+    body = pipeline_body(kw["model_id"], text_field=kw["text_field"], sparse_field=kw["vector_field"])
+    with user_errors():
+        put_pipeline(ClientTransport(client), kw["name"], body)
+    echo_json({"pipeline": kw["name"], "backend": "elasticsearch", "body": body})
+
+
+def _backend_option() -> click.Option:
+    return click.Option(["--backend"], type=click.Choice(["opensearch", "elasticsearch"]), default="opensearch",
+                        show_default=True, help="The cluster kind.")
+
+
+extend_command("create-index", [
+    _backend_option(), *_es_connection(),
+    click.Option(["--prune-tokens"], is_flag=True,
+                 help="Elasticsearch 8.19/9.1+: index_options.prune (queries that do not set prune use it)."),
+    click.Option(["--tokens-freq-ratio-threshold"], type=float, default=None,
+                 help="Elasticsearch: index_options.pruning_config, 1..100 (default 5)."),
+    click.Option(["--tokens-weight-threshold"], type=float, default=None,
+                 help="Elasticsearch: index_options.pruning_config, 0..1 (default 0.4)."),
+], lambda kw, es: es["backend"] == "elasticsearch", _create_index)
+extend_command("create-pipeline", [_backend_option(), *_es_connection()],
+               lambda kw, es: es["backend"] == "elasticsearch", _create_pipeline)

@@ -48,10 +48,14 @@ def test_deploy_index_search_eval_on_the_double(es_double, es_bundle, tmp_path, 
     dep = _json(runner.invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch",
                                     "--inference-endpoint", "ko-ep"]))
     assert dep["state"] == "started"
-    from opensearch_lsr.elasticsearch.client import make_es_client
-    from opensearch_lsr.elasticsearch.engine import ElasticsearchEngine
-
-    ElasticsearchEngine(make_es_client(es_double.url)).create_index("docs")
+    created = _json(runner.invoke(cli, ["create-index", "docs", "--backend", "elasticsearch", "--prune-tokens",
+                                        "--tokens-weight-threshold", "0.3"]))
+    assert created["mappings"]["properties"]["sparse_embedding"]["index_options"]["pruning_config"] == {
+        "tokens_weight_threshold": 0.3}
+    assert created["mappings"]["properties"]["text"]["analyzer"] == "korean"
+    pipe = _json(runner.invoke(cli, ["create-pipeline", "ingest", "ko-ingest", "--backend", "elasticsearch",
+                                     "--model-id", dep["model_id"]]))
+    assert pipe["body"]["processors"][0]["inference"]["model_id"] == dep["model_id"]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": k, "text": v}, ensure_ascii=False) + "\n" for k, v in CORPUS.items()),
                       encoding="utf-8")
