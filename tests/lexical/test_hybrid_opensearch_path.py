@@ -63,3 +63,21 @@ def test_hybrid_row_on_a_cluster_matches_the_local_backend(both):
     lexical_here = baseline_row(local.search, QUERIES, QRELS, "text", k=10)
     for qid in QUERIES:
         assert lexical_remote.run[qid] == pytest.approx(lexical_here.run[qid], rel=1e-5), qid
+
+
+def test_cli_search_mode_hybrid_on_a_cluster(both):
+    from click.testing import CliRunner
+
+    from opensearch_lsr.cli import cli
+
+    client, _ = both
+    url = client.transport.hosts[0]
+    url = f"http://{url['host']}:{url['port']}"
+    res = CliRunner().invoke(cli, ["search", "--backend", "opensearch", "--url", url, "--index", "hy", "seoul capital",
+                                   "--mode", "hybrid", "--model-id", "nope", "--field", "emb", "--max-retries", "1"])
+    # the pipeline is created, the body reaches the cluster, and its refusal of the unknown model is one line
+    assert client.search_pipeline.get(id="lsr-os-hybrid")
+    assert res.exit_code != 0 and "Failed to find model" in res.output and "Traceback" not in res.output, res.output
+    res = CliRunner().invoke(cli, ["search", "--backend", "opensearch", "--url", url, "--index", "hy", "x",
+                                   "--mode", "hybrid", "--field", "emb", "--max-retries", "1"])
+    assert res.exit_code != 0 and "--mode hybrid needs --model" in res.output
