@@ -80,6 +80,8 @@ class EvalConfig(ArtifactConfig):
 
             HybridFusion(self.hybrid, tuple(self.hybrid_weights) if self.hybrid == "min_max" else None,
                          self.rank_constant)
+            if self.hybrid_window is not None and self.hybrid_window < self.k:
+                raise ValueError(f"the hybrid pagination depth ({self.hybrid_window}) must be at least k ({self.k})")
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"query_mode must be one of {list(QUERY_MODES)}, got {self.query_mode!r}")
         if self.backend not in BACKENDS:
