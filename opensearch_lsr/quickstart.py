@@ -238,7 +238,8 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     from .inference_free import build_inference_free
     from .encoding.keyed import SparseKeyedEncoder
     from .local.index import LocalIndex
-    from .opensearch.query import bool_query, neural_sparse_query, search_body, tokenize_query
+    from .encoding.query_tokens import tokenize_query
+    from .opensearch.query import bool_query, neural_sparse_query, search_body
 
     work = Path(config.workdir)
     work.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import torch
 
 from opensearch_lsr.inference_free import (build_inference_free, idf_weight_vector, inference_free_parts,
                                            is_inference_free, load_inference_free)
-from opensearch_lsr.opensearch.query import tokenize_query
+from opensearch_lsr.encoding.query_tokens import tokenize_query
 
 
 def test_router_build_save_load_and_query_side_equals_sparse_tokenize(tiny_source_dir, tmp_path):

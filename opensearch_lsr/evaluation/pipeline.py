@@ -236,7 +236,8 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     """
     from ..encoding.keyed import SparseKeyedEncoder
     from ..local.index import LocalIndex
-    from ..opensearch.query import neural_sparse_query, search_body, tokenize_query
+    from ..encoding.query_tokens import tokenize_query
+    from ..opensearch.query import neural_sparse_query, search_body
     from .plots import plot_effectiveness_vs_flops
     from .report import write_report, write_trec_run
     from .retrieval import sparsity_stats

@@ -19,7 +19,7 @@ __all__ = ["load_query_encoder", "load_analyzer"]
 def load_query_encoder(path: str) -> QueryEncoder:
     """``text -> {token: weight}`` from a path: a SPARSE_* zip, an export bundle dir (its
     ``sparse_encoding.zip``/``sparse_tokenize.zip``), or a ``SparseEncoder`` dir."""
-    from ..opensearch.query import tokenize_query
+    from ..encoding.query_tokens import tokenize_query
 
     p = Path(path)
     if p.is_dir() and (p / "manifest.json").exists() and not (p / "modules.json").exists():

@@ -1,10 +1,7 @@
-"""Query side: ML Commons SPARSE_TOKENIZE on the client, and the ``neural_sparse`` query DSL.
+"""The ``neural_sparse`` query DSL (and client-side ``query_tokens_for`` a model).
 
-``tokenize_query`` reproduces ML Commons ``SparseTokenizerModel`` (opensearch-contract.md §2.2) so
-that ``query_tokens`` computed by the toolkit equal what a deployed tokenizer model would produce
-inside OpenSearch: the text is encoded with special tokens and the 512-token cap of DJL, ids are
-made distinct (no term frequency), each id is decoded alone with special tokens skipped, empty
-strings are dropped, and the weight is ``idf.getOrDefault(token, 1.0)``.
+``tokenize_query`` (ML Commons ``SparseTokenizerModel``, opensearch-contract.md §2.2) lives in
+:mod:`opensearch_lsr.encoding.query_tokens` and is re-exported here.
 
 ``neural_sparse_query`` builds the standard query body (§4.2), refusing combinations OpenSearch
 rejects and features a cluster version does not have (§4.4).
@@ -13,13 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
-
-from ..contract import MAX_QUERY_WEIGHT, KeyFormat, decode_key, djl_tokenizer
+from ..contract import MAX_QUERY_WEIGHT, KeyFormat, djl_tokenizer
+from ..encoding.query_tokens import tokenize_query, tokenize_query_ids  # noqa: F401 - re-exported
 
 __all__ = [
     "tokenize_query",
@@ -34,72 +29,6 @@ __all__ = [
     "query_tokens_for",
     "explain_contributions",
 ]
-
-def _is_rust(obj: Any) -> bool:
-    from tokenizers import Tokenizer
-
-    return isinstance(obj, Tokenizer)
-
-
-_BACKENDS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
-
-
-def _rust(tokenizer: Any):
-    """A private copy of the Rust tokenizer (cached per HF tokenizer object): the HF wrapper
-    changes its backend's truncation/padding state on every call, so it is not used directly."""
-    if _is_rust(tokenizer):
-        return tokenizer
-    if hasattr(tokenizer, "backend_tokenizer"):
-        try:
-            cached = _BACKENDS.get(tokenizer)
-        except TypeError:  # not weak-referenceable
-            cached = None
-        if cached is None:
-            cached = djl_tokenizer(tokenizer)
-            try:
-                _BACKENDS[tokenizer] = cached
-            except TypeError:
-                pass
-        return cached
-    return djl_tokenizer(tokenizer)
-
-
-def tokenize_query_ids(text: str, tokenizer: Any) -> list[int]:
-    """Distinct token ids of ``text`` in first-occurrence order (DJL encode with special tokens)."""
-    ids = _rust(tokenizer).encode(text, add_special_tokens=True).ids
-    return list(dict.fromkeys(ids))
-
-
-def tokenize_query(
-    text: str,
-    tokenizer: Any,
-    idf: Mapping[str, float] | None = None,
-    key_format: KeyFormat = "word",
-) -> dict[str, float]:
-    """Query tokens exactly as ML Commons ``SPARSE_TOKENIZE`` returns them (contract §2.2).
-
-    Args:
-        text: the query.
-        tokenizer: the model's tokenizer (fast HF tokenizer, ``tokenizers.Tokenizer`` or path).
-        idf: ``idf.json`` contents keyed by decoded token; ``None`` gives every token weight 1.0.
-        key_format: ``"word"`` (decoded token) or ``"token_id"`` (the id as a string, OpenSearch >= 3.2).
-
-    Returns:
-        ``{key: weight}`` in first-occurrence order.
-    """
-    if key_format not in ("word", "token_id"):
-        raise ValueError(f"key_format must be one of ['word', 'token_id'], got {key_format!r}")
-    tok = _rust(tokenizer)
-    out: dict[str, float] = {}
-    for tid in tokenize_query_ids(text, tok):
-        token = decode_key(tok, tid)
-        if token == "":
-            continue
-        # Java: idf.getOrDefault(token, 1.0f) on a Gson Map<String, Float>: float32 values
-        weight = float(np.float32(idf.get(token, 1.0))) if idf is not None else 1.0
-        out[str(tid) if key_format == "token_id" else token] = weight
-    return out
-
 
 def parse_version(version: str | Sequence[int] | None) -> tuple[int, int, int] | None:
     """``"2.19.1"`` -> ``(2, 19, 1)``; ``None`` stays ``None`` (version unknown: no gating)."""

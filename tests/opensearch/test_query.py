@@ -7,7 +7,8 @@ import zipfile
 import pytest
 
 from opensearch_lsr.contract import decode_keys
-from opensearch_lsr.opensearch.query import bool_query, neural_sparse_query, search_body, tokenize_query
+from opensearch_lsr.encoding.query_tokens import tokenize_query
+from opensearch_lsr.opensearch.query import bool_query, neural_sparse_query, search_body
 
 TEXTS = ["서울은 한국의 수도", "the cat and the cats", "고양이 고양이 고양이 집", "", "   ", "집" * 700,
          "unknown 단어 [MASK] [CLS]", "House of the CAT"]
