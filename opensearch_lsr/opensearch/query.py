@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from ..contract import MAX_QUERY_WEIGHT, KeyFormat, djl_tokenizer
 from ..encoding.query_tokens import tokenize_query, tokenize_query_ids  # noqa: F401 - re-exported
+from .client import parse_version as client_parse_version
 
 __all__ = [
     "tokenize_query",
@@ -31,13 +32,13 @@ __all__ = [
 ]
 
 def parse_version(version: str | Sequence[int] | None) -> tuple[int, int, int] | None:
-    """``"2.19.1"`` -> ``(2, 19, 1)``; ``None`` stays ``None`` (version unknown: no gating)."""
+    """``"2.19.1"`` -> ``(2, 19, 1)`` (strings by :func:`opensearch_lsr.opensearch.client.parse_version`);
+    ``None`` stays ``None`` (version unknown: no gating)."""
     if version is None:
         return None
     if isinstance(version, str):
-        parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in version.split("-")[0].split(".")]
-    else:
-        parts = [int(p) for p in version]
+        return client_parse_version(version)
+    parts = [int(p) for p in version]
     parts = (parts + [0, 0, 0])[:3]
     return (parts[0], parts[1], parts[2])
 
