@@ -37,9 +37,10 @@ def export_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf_json: s
     query side) and OUT/manifest.json (hashes, vocabulary, versions), then prints the manifest.
     Next: `lsr-os deploy-model OUT --url ...`.
     \b
-    Device: the TorchScript is traced on CPU and holds CPU device constants, so it deploys on
-    CPU ML nodes (ML Commons' default) only; on a GPU ML node DJL warms the model up on the GPU
-    and the deploy fails with "Failed to deploy model".
+    Device: the TorchScript holds no device constant (the attention mask is built in the graph),
+    so it follows the device DJL loads it on; manifest.json "ml_node_devices" says ["any"].
+    Bundles exported before this fix say ["cpu"]: they fail on GPU ML nodes ("Failed to deploy
+    model"). A deploy on a GPU ML node has not been run by this project (no GPU available).
     """
     from ..opensearch.artifacts import export_bundle
 
@@ -85,8 +86,9 @@ def deploy_model_cmd(bundle: str, apply_settings: bool, model_group: str | None,
 
     \b
     Re-running it reuses a model with the same sha256 (DEPLOYED: kept; REGISTERED: deployed).
-    The exported TorchScript is traced on CPU and runs on CPU ML nodes only: a GPU ML node
-    (DJL warms the model up on every device) fails with "Failed to deploy model".
+    GPU ML nodes: DJL warms the model up on every device; a bundle whose manifest says
+    "ml_node_devices": ["cpu"] (exported before the device-agnostic trace) runs on CPU ML
+    nodes only and fails on a GPU node with "Failed to deploy model"; re-export it.
     --dry-run --requests FILE writes the exact requests without contacting a cluster.
     """
     from ..opensearch.mlcommons import DeployConfig, deploy_bundle

@@ -337,7 +337,8 @@ def build_manifest(*, name: str, version: str, enc_zip: Path, pt_name: str, tok_
         "key_collisions": collisions,
         "torchscript": ts_facts,
         # DJL loads one predictor per device of the ML node and warms each up: a graph with device
-        # constants fails on the others (ml-commons DLModel.loadModel; contract 1.6)
+        # constants fails on the others (ml-commons DLModel.loadModel; contract 1.6). This toolkit's
+        # trace has none (trace.SparseEncodingModule); a deploy on a GPU node has not been run.
         "ml_node_devices": ts_facts.get("devices") or ["any"],
         "toolkit_version": toolkit_version,
         "torch_version": torch.__version__,
@@ -354,7 +355,7 @@ def resolve_query_idf(model_dir: str | os.PathLike, transformer: Any, backend: A
     file, the model dir's ``idf.json``, a Router's static query weights, or none (ML Commons: 1.0)."""
     from ..transfer.surgery import resolve_model_path
     from ..corpus import iter_corpus_texts
-    from .idf import compute_idf, load_idf
+    from ..idf import compute_idf, load_idf
 
     # an idf.json saved with the model (inference-free Router dirs keep it at their root)
     model_idf_file = next((c for c in (Path(resolve_model_path(str(model_dir))) / "idf.json",
@@ -393,7 +394,7 @@ def export_bundle(
             route is one), or ``splade-tiny``.
         out_dir: bundle directory (created; existing bundle files are replaced).
         idf_corpus: corpus (BEIR ``corpus.jsonl``/dir or plain text, one doc per line) to compute
-            ``idf.json`` from (:func:`opensearch_lsr.opensearch.idf.compute_idf`). Without it the
+            ``idf.json`` from (:func:`opensearch_lsr.idf.compute_idf`). Without it the
             model dir's ``idf.json`` or a Router's static query weights are used if present;
             otherwise ML Commons weighs every query token 1.0.
         prune: ``"max_ratio:<r>"`` to prune inside the graph.

@@ -404,8 +404,9 @@ def deploy_hint(error: str) -> str:
       ``MLNodeUtils.checkOpenCircuitBreaker``: the memory one follows ``jvm_heap_memory_threshold``
       (100 disables it), the disk one ``disk_free_space_threshold`` (free bytes below it; default 5gb);
     * "model content changed": the stored chunks do not hash to the registered sha256;
-    * "Failed to deploy model": DJL could not load the TorchScript; traces made by this toolkit pin
-      CPU tensors, so a GPU ML node fails here (see ``lsr-os export --help``).
+    * "Failed to deploy model": DJL could not load or warm up the TorchScript; a bundle whose
+      manifest says ``"ml_node_devices": ["cpu"]`` (exported before the device-agnostic trace)
+      fails here on a GPU ML node (see ``lsr-os export --help``).
     """
     low = error.lower()
     if "no eligible node" in low:
@@ -422,8 +423,9 @@ def deploy_hint(error: str) -> str:
         return (" The stored chunks do not hash to the registered sha256, so this model can never deploy;"
                 " delete it and rerun.")
     if "failed to deploy model" in low:
-        return (" The node could not load the TorchScript (node logs have the cause); the exported trace runs on "
-                "CPU only, so deploy to a CPU ML node (GPU ML nodes fail to load it).")
+        return (" The node could not load or warm up the TorchScript (the node logs have the cause). On a GPU ML "
+                "node, check manifest.json: \"ml_node_devices\": [\"cpu\"] means an older export pinned to CPU; "
+                "re-export it, or deploy to a CPU ML node.")
     return ""
 
 

@@ -5,7 +5,9 @@ deterministic zip (the trace step of :func:`opensearch_lsr.opensearch.artifacts.
 (what DJL feeds) and returns ``{"output": float32 [batch, V]}``: SPLADE max pooling of
 ``log(1 + relu(logits))`` (Formal et al. 2021, arXiv:2109.10086), special ids zeroed, optional
 in-graph ``max_ratio`` pruning. Traced with eager attention, ``strict=False`` on a dict input, on
-CPU, without freezing (opensearch-py-ml's recipe; old ML Commons runtimes ship torch 1.13.1).
+CPU, without freezing (opensearch-py-ml's recipe; old ML Commons runtimes ship torch 1.13.1). The
+attention mask is built inside the graph from the input, so the graph holds no device constant
+(``facts["devices"]`` is empty): it follows the device DJL puts the inputs and weights on.
 """
 from __future__ import annotations
 
@@ -50,7 +52,13 @@ def _torch_module_class():
         def forward(self, input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:  # noqa: A002 - DJL's name
             input_ids = input["input_ids"]
             attention_mask = input["attention_mask"]
-            logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
+            # The additive [B, 1, 1, S] mask eager attention adds to its scores, built here from the input
+            # so that it lives on the input's device. Handing transformers the 2-D mask instead makes its
+            # mask utilities record torch.device("cpu") constants (aten::arange/zeros/to in
+            # masking_utils), which pin the traced graph to CPU: DJL warms the model up on every device
+            # of an ML node and a GPU node would fail to deploy it (issue 13 item 7). Same outputs.
+            extended = (1.0 - attention_mask[:, None, None, :].to(torch.float32)) * torch.finfo(torch.float32).min
+            logits = self.mlm(input_ids=input_ids, attention_mask=extended, return_dict=False)[0]
             mask = attention_mask.unsqueeze(-1).to(logits.dtype)
             values = torch.log1p(torch.relu(logits * mask))  # SpladePooling: relu(masked) then log1p
             if self.activation == "log1p_relu":
