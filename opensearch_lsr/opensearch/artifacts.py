@@ -33,9 +33,11 @@ layer_norm, gelu with ``approximate``, softmax, matmul, where, index, arange, ..
 1.13 (gelu's ``approximate`` argument arrived in 1.12, which is why such archives carry file
 format 10).
 
-Device: the trace is taken on CPU and transformers' mask construction records
-``torch.device("cpu")`` constants, so the model is meant for CPU ML nodes (ML Commons' default);
-on a GPU node DJL would move inputs to CUDA and the pinned mask tensors would not follow.
+Device: the trace is taken on CPU, but the graph holds no device constant: the attention mask is
+built in the graph from the input (``trace.SparseEncodingModule``) instead of by transformers' mask
+utilities, which record ``torch.device("cpu")`` and pinned earlier exports to CPU ML nodes (DJL warms
+a model up on every device of the node). ``manifest["ml_node_devices"]`` records it (``["any"]``;
+older bundles ``["cpu"]``). A deploy on a real GPU ML node has not been run (no GPU available).
 """
 from __future__ import annotations
 
