@@ -31,13 +31,17 @@ class EsIndexError(LsrError, ValueError):
 
 def index_options(features: EsFeatures, prune: bool, tokens_freq_ratio_threshold: float | None = None,
                   tokens_weight_threshold: float | None = None) -> dict[str, Any] | None:
-    """The ``sparse_vector`` ``index_options``, or ``None`` when not asked for.
+    """The ``sparse_vector`` ``index_options``.
 
-    Elasticsearch validates ``tokens_freq_ratio_threshold`` in [1, 100] and ``tokens_weight_threshold``
-    in [0, 1] (``TokenPruningConfig``).
+    Indices created on 8.19+ / 9.1+ prune ``sparse_vector`` queries by default
+    (``SparseVectorFieldType.getDefaultPruningConfig``: ``TokenPruningConfig()`` = 5 / 0.4), which changes the
+    ranking. The toolkit's default is exact scoring (the same ranking as the local backend and OpenSearch),
+    so without ``prune`` it writes ``{"prune": false}`` on those versions (``None`` before: nothing to turn off).
+    With ``prune`` the thresholds are validated as Elasticsearch does (``TokenPruningConfig``:
+    ``tokens_freq_ratio_threshold`` in [1, 100], ``tokens_weight_threshold`` in [0, 1]).
     """
     if not prune and tokens_freq_ratio_threshold is None and tokens_weight_threshold is None:
-        return None
+        return {"prune": False} if features.index_pruning else None
     if not features.index_pruning:
         raise EsIndexError(f"sparse_vector index_options (index-time pruning) need Elasticsearch 8.19 / 9.1+, the "
                            f"cluster runs {features.to_dict()['version']}")
@@ -63,7 +67,10 @@ def index_body(features: EsFeatures, *, text_field: str = "text", sparse_field: 
 
     Args:
         text_analyzer: ``nori`` (refused when the plugin is known to be missing), ``cjk`` or ``auto``.
+        options: ``index_options`` (:func:`index_options`); ``None`` means the toolkit's default, exact scoring.
     """
+    if options is None:
+        options = index_options(features, prune=False)
     if text_analyzer not in ("nori", "cjk", "auto"):
         raise EsIndexError(f"text analyzer must be one of nori, cjk, auto, got {text_analyzer!r}")
     if text_field == sparse_field:

@@ -103,3 +103,40 @@ def test_index_options_pruning_applies_when_the_query_does_not_say(es_double, es
     assert [h["_id"] for h in default["hits"]["hits"]] == ["d1"]  # "common" is frequent and light: pruned
     assert len(off["hits"]["hits"]) == 4
     assert es_double.violations == []
+
+
+def test_default_pruning_of_new_indices_and_the_toolkits_exact_default(es_double, es_client):
+    """Indices created on 9.1+ prune sparse_vector queries by default (getDefaultPruningConfig); the toolkit's
+    mapping writes index_options.prune=false so scoring stays exact (= the local backend)."""
+    from opensearch_lsr.elasticsearch.indices import index_body
+
+    engine = ElasticsearchEngine(es_client)
+    assert index_body(engine.features)["mappings"]["properties"]["sparse_embedding"]["index_options"] == {"prune": False}
+    es_client.indices.create(index="raw", mappings={"properties": {"sparse_embedding": {"type": "sparse_vector"}}})
+    engine.create_index("exact")
+    # 12 docs: "common" has df/N = 1 >= 5 * (24 / 12 / 13), a frequent token; 0.3 <= 0.4 * 1.0 makes it light
+    docs = [{"_id": f"d{i}", "_source": {"sparse_embedding": {"common": 1.0, f"rare{i}": 0.5}}} for i in range(12)]
+    for name in ("raw", "exact"):
+        engine.bulk(name, docs)
+        es_client.indices.refresh(index=name)
+    body = {"query": {"sparse_vector": {"field": "sparse_embedding", "query_vector": {"common": 0.3, "rare1": 1.0}}}}
+    assert [h["_id"] for h in engine.search("raw", body)["hits"]["hits"]] == ["d1"]
+    assert len(engine.search("exact", body)["hits"]["hits"]) == 10  # default size, every document matches
+
+
+def test_dots_refused_before_8_16_accepted_after():
+    from es_double import ElasticsearchDouble
+
+    from opensearch_lsr.elasticsearch.client import make_es_client
+
+    for version, ok in (("8.15.0", False), ("9.1.0", True)):
+        double = ElasticsearchDouble(version).start()
+        try:
+            client = make_es_client(double.url, max_retries=0)
+            client.indices.create(index="x", mappings={"properties": {"v": {"type": "sparse_vector"}}})
+            resp = client.bulk(operations=[{"index": {"_index": "x", "_id": "1"}}, {"v": {"u.s": 1.0}}])
+            assert resp["errors"] is (not ok)
+            if not ok:
+                assert "do not support dots" in resp["items"][0]["index"]["error"]["reason"]
+        finally:
+            double.stop()

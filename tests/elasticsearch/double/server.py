@@ -413,7 +413,7 @@ class ElasticsearchDouble:
                                      "expected a START_OBJECT but got: " + type(value).__name__)
                 feats: dict[str, float] = {}
                 for feature, w in value.items():
-                    if "." in feature:
+                    if "." in feature and not self.at_least(8, 16):  # allowed since elastic/elasticsearch#111981
                         raise EsApiError(400, "document_parsing_exception", "[sparse_vector] fields do not support dots "
                                          f"in feature names but found [{feature}]")
                     w = float(w)
@@ -472,10 +472,8 @@ class ElasticsearchDouble:
                 qv = self._query_expansion(body["inference_id"], body["query"])
             # SparseVectorFieldType.finalizeSparseVectorQuery (8.19 / 9.1): an unset `prune` takes the field's
             # index_options (prune, pruning_config)
-            opts = (idx["props"].get(field) or {}).get("index_options") or {}
-            prune = body.get("prune", opts.get("prune", False))
-            cfg = body.get("pruning_config") or (opts.get("pruning_config") if "prune" not in body else None) or {}
-            qv = self._prune(idx, field, qv, {"pruning_config": cfg}) if prune else qv
+            qv = self._prune(idx, field, qv, {"pruning_config": cfg}) if (cfg := self._pruning(idx, field, body)) \
+                is not None else qv
             out = {}
             for did, doc in docs.items():
                 feats = doc["features"].get(field, {})
@@ -502,6 +500,21 @@ class ElasticsearchDouble:
                         out[d] = out.get(d, 0.0) + idf * tf / (tf + 1.2 * (1 - 0.75 + 0.75 * lens[d] / (avg or 1)))
             return out
         raise EsApiError(400, "parsing_exception", f"unknown query [{kind}] (the double serves sparse_vector, match, match_all)")
+
+    def _pruning(self, idx, field, body) -> dict | None:
+        """``SparseVectorFieldType.finalizeSparseVectorQuery``: the query's ``prune`` wins; else the field's
+        ``index_options`` (``prune: false`` turns it off); else indices created on 8.19+ / 9.1+ prune with the
+        default ``TokenPruningConfig`` (``getDefaultPruningConfig``), older ones do not. ``None``: no pruning."""
+        if body.get("prune") is not None:
+            return (body.get("pruning_config") or {}) if body["prune"] else None
+        opts = (idx["props"].get(field) or {}).get("index_options") or {}
+        if opts.get("prune") is False:
+            return None
+        if opts.get("pruning_config") is not None:
+            return opts["pruning_config"]
+        if self.at_least(9, 1) or (self.version[0] == 8 and self.at_least(8, 19)):
+            return {}
+        return None
 
     def _prune(self, idx, field, qv, body) -> dict[str, float]:
         """``WeightedTokensUtils.queryBuilderWithPrunedTokens``: keep a token if ``df/N < ratio * avg`` (avg =
