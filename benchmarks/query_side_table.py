@@ -70,7 +70,7 @@ def bm25_row(dataset, tokenizer_dir: str, k: int = 100) -> dict:
 def transferred_idf(sem: Path, source_corpus: Path, source: str = "splade-tiny") -> dict[str, float]:
     """English IDF over ``source_corpus`` (source tokenizer) carried to the target vocabulary."""
     from opensearch_lsr.corpus import iter_corpus_texts
-    from opensearch_lsr.opensearch.idf import compute_idf, transfer_idf
+    from opensearch_lsr.idf import compute_idf, transfer_idf
     from opensearch_lsr.transfer.surgery import load_source_model
     from transformers import AutoTokenizer
 
@@ -102,7 +102,7 @@ def main() -> None:
     from opensearch_lsr.evaluation.pipeline import EvalConfig, cap_corpus, run_evaluation
     from opensearch_lsr.evaluation.report import markdown_table
     from opensearch_lsr.inference_free import build_inference_free
-    from opensearch_lsr.opensearch.idf import compute_idf
+    from opensearch_lsr.idf import compute_idf
     from opensearch_lsr.resources import shared_data_dir
 
     shared = shared_data_dir()

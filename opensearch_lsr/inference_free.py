@@ -71,7 +71,7 @@ def idf_from_weights(tokenizer, weights: torch.Tensor) -> dict[str, float]:
     contract 2.2), so a dropped zero-weight token would count fully. Weights are clipped into
     ``[IDF_FLOOR, IDF_MAX]`` = [1e-3, 64] because neural_sparse refuses query weights outside (0, 64].
     """
-    from .opensearch.idf import IDF_FLOOR, IDF_MAX
+    from .idf import IDF_FLOOR, IDF_MAX
 
     values = weights.detach().float().cpu().tolist()
     out = {key: min(max(float(w), IDF_FLOOR), IDF_MAX) for key, w in zip(decode_keys(tokenizer), values) if key}
@@ -109,7 +109,7 @@ def build_inference_free(
         model_dir: the document encoder (a ``SparseEncoder`` dir, e.g. a SemBridge output).
         out_dir: where to save the ``Router`` model (plus ``idf.json`` and its config).
         idf: token -> IDF (a dict, an ``idf.json``, a dir holding one, or a ``sparse_tokenize.zip``).
-        idf_corpus: texts to compute the IDF from (``opensearch.idf.compute_idf``) when ``idf`` is None.
+        idf_corpus: texts to compute the IDF from (``idf.compute_idf``) when ``idf`` is None.
             With neither, every token weighs 1.0 (ML Commons' behaviour without ``idf.json``).
     """
     from sentence_transformers import SparseEncoder
@@ -124,7 +124,7 @@ def build_inference_free(
     tokenizer = doc_model.tokenizer
     n_docs = 0
     if idf is None and idf_corpus is not None:
-        from .opensearch.idf import compute_idf
+        from .idf import compute_idf
 
         texts = list(idf_corpus)
         n_docs = len(texts)
@@ -183,14 +183,14 @@ def transferred_idf(model_dir: str | os.PathLike, source_idf: Mapping[str, float
 
     ``model_dir`` is a SemBridge/VT output (``transfer_config.json`` names the source, ``alignment.npz``
     holds the ``[V_t, V_s]`` mixing weights); ``source_idf`` is the source doc-only model's ``idf.json``
-    (a dict, a file, a dir holding one, or a ``sparse_tokenize.zip``). See ``opensearch.idf.transfer_idf``.
+    (a dict, a file, a dir holding one, or a ``sparse_tokenize.zip``). See ``idf.transfer_idf``.
 
     Raises:
         ValueError: ``model_dir`` is not a transfer output, or the IDF table is unreadable.
     """
     import scipy.sparse as sp
 
-    from .opensearch.idf import load_idf, transfer_idf
+    from .idf import load_idf, transfer_idf
     from .transfer.surgery import load_target_tokenizer, resolve_model_path
 
     root = Path(model_dir)

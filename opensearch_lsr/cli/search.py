@@ -249,7 +249,7 @@ def inference_free_cmd(model_dir: str, out_dir: str, idf_corpus: str | None, idf
     """Build a doc-only (inference-free) encoder: IDF query side, the model as document side."""
     from ..inference_free import build_inference_free, transferred_idf
     from ..corpus import iter_corpus_texts
-    from ..opensearch.idf import compute_idf, load_idf
+    from ..idf import compute_idf, load_idf
 
     chosen = [name for name, v in (("--idf-corpus", idf_corpus), ("--idf-json", idf_json),
                                    ("--source-idf", source_idf)) if v]

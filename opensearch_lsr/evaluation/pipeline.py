@@ -177,7 +177,7 @@ def search_run(backend: SearchBackend, bodies: Mapping[str, dict]) -> dict[str, 
 
 
 def _resolve_idf(config: EvalConfig, tokenizer, corpus_texts: Sequence[str]) -> tuple[dict[str, float], str]:
-    from ..opensearch.idf import compute_idf, load_idf
+    from ..idf import compute_idf, load_idf
 
     if config.idf:
         return load_idf(config.idf), config.idf

@@ -270,7 +270,7 @@ def _finished(config: AdaptConfig) -> AdaptResult | None:
 def adapt(config: AdaptConfig) -> AdaptResult:
     """Run the whole adaptation (see the module docstring); resumable stage by stage."""
     from ..lexical.nori import NoriAnalyzer
-    from ..opensearch.idf import compute_idf
+    from ..idf import compute_idf
     from ..transfer.surgery import load_sparse_encoder, resolve_model_path
     from .config import TrainConfig
     from .trainer import train

@@ -11,7 +11,7 @@ from double.fixtures import make_double
 
 from opensearch_lsr.inference_free import idf_from_weights
 from opensearch_lsr.opensearch.client import client_from_options
-from opensearch_lsr.opensearch.idf import IDF_FLOOR, load_idf
+from opensearch_lsr.idf import IDF_FLOOR, load_idf
 from opensearch_lsr.opensearch.query import cap_query_weights, neural_sparse_query, search_body, tokenize_query
 
 

@@ -97,7 +97,7 @@ def test_inference_free_trains_and_reloads(tiny_encoder_dir, tiny_beir, tmp_path
     assert (q > 0).sum() == 2 and all(q[i] > 0 for i in ids)  # bag of IDF weights, each token once
     # the query side is the export's corpus IDF (compute_idf over the BEIR corpus), frozen during training
     from opensearch_lsr.evaluation.datasets import load_beir
-    from opensearch_lsr.opensearch.idf import compute_idf
+    from opensearch_lsr.idf import compute_idf
 
     idf = compute_idf(list(load_beir(tiny_beir, "train").corpus.values()), tok)
     assert idf["cat"] != idf["car"]  # different document frequencies, so the check below can fail
@@ -114,7 +114,7 @@ def test_inference_free_query_lr_learns_the_idf_side(tiny_encoder_dir, tiny_beir
 
     from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.inference_free import idf_weight_vector
-    from opensearch_lsr.opensearch.idf import compute_idf
+    from opensearch_lsr.idf import compute_idf
 
     out = tmp_path / "if_lr"
     train(_config(tiny_encoder_dir, tiny_beir, out, max_steps=3, inference_free=True, query_lr=0.5))

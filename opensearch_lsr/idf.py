@@ -30,7 +30,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..contract import decode_keys, rust_tokenizer, special_token_ids
+from .contract import decode_keys, rust_tokenizer, special_token_ids
 
 __all__ = ["compute_idf", "transfer_idf", "load_idf", "bm25_idf", "check_idf_range",
            "IDF_MAX", "IDF_FLOOR"]

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from opensearch_lsr.corpus import iter_corpus_texts
-from opensearch_lsr.opensearch.idf import bm25_idf, compute_idf, load_idf, transfer_idf
+from opensearch_lsr.idf import bm25_idf, compute_idf, load_idf, transfer_idf
 
 DOCS = ["the cat is in the house", "the dog is in the city", "paris is the capital of france"]
 
