@@ -125,6 +125,9 @@ class LuceneBM25:
     b: float = 0.75
     similarity: Similarity = "opensearch"
     length_norm: LengthNorm = "lucene"
+    # positions (for phrase clauses): posting i's token positions are pos_data[pos_ptr[i]:pos_ptr[i + 1]]
+    pos_ptr: np.ndarray | None = None
+    pos_data: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.k1) and self.k1 >= 0):
@@ -161,19 +164,32 @@ class LuceneBM25:
 
     @classmethod
     def from_tokens(cls, doc_ids: Sequence[str], docs: Sequence[Sequence[NoriToken]], analyzer: "TextAnalyzer",
-                    **params) -> "LuceneBM25":
-        """Index already analysed documents (token streams with position increments)."""
+                    positions: bool = False, **params) -> "LuceneBM25":
+        """Index already analysed documents (token streams with position increments).
+
+        ``positions``: also keep token positions (what phrase clauses need; Lucene's
+        ``IndexOptions.DOCS_AND_FREQS_AND_POSITIONS`` of a ``text`` field).
+        """
         if len(doc_ids) != len(docs):
             raise BM25Error(f"{len(doc_ids)} ids for {len(docs)} documents")
         vocab: dict[str, int] = {}
         rows: list[int] = []
         cols: list[int] = []
         vals: list[int] = []
+        where: list[list[int]] = []
         lengths = np.zeros(len(docs), np.int64)
         total = 0
         count = 0
         for row, tokens in enumerate(docs):
-            counts = Counter(t.term for t in tokens)
+            if positions:
+                at: dict[str, list[int]] = {}
+                pos = -1
+                for t in tokens:
+                    pos += t.position_increment
+                    at.setdefault(t.term, []).append(max(pos, 0))
+                counts = {term: len(p) for term, p in at.items()}
+            else:
+                counts = Counter(t.term for t in tokens)
             if counts:
                 count += 1
             total += len(tokens)  # sumTotalTermFreq counts every token, stacked ones included
@@ -182,10 +198,16 @@ class LuceneBM25:
                 rows.append(row)
                 cols.append(vocab.setdefault(term, len(vocab)))
                 vals.append(c)
+                if positions:
+                    where.append(at[term])
         cols_a = np.asarray(cols, np.int64)
         order = np.lexsort((np.asarray(rows, np.int64), cols_a))
         indptr = np.zeros(len(vocab) + 1, np.int64)
         np.cumsum(np.bincount(cols_a, minlength=len(vocab)), out=indptr[1:])
+        if positions:
+            sizes = np.asarray([len(where[i]) for i in order], np.int64)
+            params["pos_ptr"] = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            params["pos_data"] = np.asarray([p for i in order for p in where[i]], np.int32)
         return cls(doc_ids=list(doc_ids), vocab=vocab, indptr=indptr,
                    postings=np.asarray(rows, np.int32)[order], freqs=np.asarray(vals, np.float32)[order],
                    lengths=lengths, sum_total_term_freq=total, doc_count=count, analyzer=analyzer, **params)
@@ -215,9 +237,10 @@ class LuceneBM25:
         meta = {"k1": self.k1, "b": self.b, "similarity": self.similarity, "length_norm": self.length_norm,
                 "sum_total_term_freq": int(self.sum_total_term_freq), "doc_count": int(self.doc_count)}
         tmp = path.with_name(path.name + ".tmp.npz")
+        extra = {} if self.pos_ptr is None else {"pos_ptr": self.pos_ptr, "pos_data": self.pos_data}
         np.savez(tmp, meta=np.array(json.dumps(meta)), doc_ids=np.array(self.doc_ids, dtype=object),
                  terms=np.array(list(self.vocab), dtype=object), indptr=self.indptr, postings=self.postings,
-                 freqs=self.freqs, lengths=self.lengths)
+                 freqs=self.freqs, lengths=self.lengths, **extra)
         os.replace(tmp, path)
         return path
 
@@ -226,9 +249,10 @@ class LuceneBM25:
         """Read an index written by :meth:`save`; ``analyzer`` must be the one it was built with."""
         with np.load(path, allow_pickle=True) as z:
             meta = json.loads(str(z["meta"]))
+            extra = {"pos_ptr": z["pos_ptr"], "pos_data": z["pos_data"]} if "pos_ptr" in z.files else {}
             return cls(doc_ids=[str(d) for d in z["doc_ids"]], vocab={str(t): i for i, t in enumerate(z["terms"])},
                        indptr=z["indptr"], postings=z["postings"], freqs=z["freqs"], lengths=z["lengths"],
-                       analyzer=analyzer, **meta)
+                       analyzer=analyzer, **meta, **extra)
 
     # ---- scoring ---------------------------------------------------------------------------------
 
@@ -248,6 +272,38 @@ class LuceneBM25:
         rows = self.postings[lo:hi]
         weight = np.float32(np.float32(boost) * self.boost_factor) * self.idf[tid]
         return rows, weight - weight / (np.float32(1.0) + self.freqs[lo:hi] * self.norm_inverse[rows])
+
+    def phrase_scores(self, terms: Sequence[tuple[str, int]], boost: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, float32 scores)`` of an exact ``PhraseQuery`` (slop 0) of ``(term, relative position)``.
+
+        Lucene: the phrase frequency is the number of exact matches, the idf is the sum of the terms'
+        idfs (``BM25Similarity.idfExplain`` over ``TermStatistics[]``), scored like one term.
+        """
+        if self.pos_ptr is None or self.pos_data is None:
+            raise BM25Error("phrase clauses need an index built with positions=True")
+        tids = [self.vocab.get(t) for t, _ in terms]
+        if any(t is None for t in tids):
+            return np.zeros(0, np.int32), np.zeros(0, np.float32)
+        lists = [self.postings[self.indptr[t]:self.indptr[t + 1]] for t in tids]
+        rows = lists[0]
+        for other in lists[1:]:
+            rows = np.intersect1d(rows, other, assume_unique=True)
+        offsets = [p - terms[0][1] for _, p in terms]
+        found, freqs = [], []
+        for row in rows:
+            sets = []
+            for tid, plist in zip(tids, lists):
+                i = self.indptr[tid] + int(np.searchsorted(plist, row))
+                sets.append(set(self.pos_data[self.pos_ptr[i]:self.pos_ptr[i + 1]].tolist()))
+            freq = sum(1 for p in sets[0] if all(p + off in s_ for off, s_ in zip(offsets[1:], sets[1:])))
+            if freq:
+                found.append(row)
+                freqs.append(freq)
+        rows_a = np.asarray(found, np.int32)
+        idf = np.float32(sum(float(self.idf[t]) for t in tids))  # summed in double, cast once
+        weight = np.float32(np.float32(boost) * self.boost_factor) * idf
+        f = np.asarray(freqs, np.float32)
+        return rows_a, weight - weight / (np.float32(1.0) + f * self.norm_inverse[rows_a])
 
     def score(self, text: str, boost: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """``(matched mask [N], float32 scores [N])`` of a ``match`` query (operator ``or``) for ``text``."""

@@ -5,9 +5,10 @@ field's search analyzer; each token is a ``TermQuery`` clause (SHOULD for ``oper
 ``and``), ``minimum_should_match`` counts clauses, the score is the sum of the matching clauses' BM25
 scores times ``boost`` (:class:`~opensearch_lsr.lexical.bm25.LuceneBM25`). A query with no token matches
 nothing (``zero_terms_query: none``, the default). A MIXED nori stream is a token graph (the compound
-spans its parts): as ``QueryBuilder.analyzeGraphBoolean`` does, each span becomes one clause whose
-alternatives are the compound's term and the MUST-conjunction of its parts. (Stacked tokens of equal
-length would be a ``SynonymQuery``; nori does not produce them, and they are scored as alternatives here.)
+spans its parts): as OpenSearch's ``MatchQuery.analyzeGraphBoolean`` does, each span becomes one clause
+whose alternatives are the compound's term and the exact phrase of its parts (positions are indexed).
+(Stacked tokens of equal length would be a ``SynonymQuery``; nori does not produce them, and they are
+scored as alternatives here.)
 
 ``hybrid`` (neural-search ``HybridQueryBuilder``, 1-5 sub-queries, optional ``pagination_depth`` and
 ``filter``): each sub-query is evaluated on its own, contributes its top ``pagination_depth`` (else
@@ -93,11 +94,12 @@ def _min_should(msm: Any, n: int) -> int:
     return max(0, value)  # more than the clause count matches nothing, as in Lucene
 
 
-def query_graph(tokens: Sequence[Any]) -> list[list[list[str]]] | None:
-    """Lucene ``QueryBuilder.analyzeGraphBoolean`` for a token graph (MIXED decompounding).
+def query_graph(tokens: Sequence[Any]) -> list[list[list[tuple[str, int]]]] | None:
+    """OpenSearch ``MatchQuery.analyzeGraphBoolean`` for a token graph (MIXED decompounding).
 
-    Returns the positional clauses, each a list of alternative paths (terms that must all match; a
-    path query is a MUST ``BooleanQuery``, the alternatives a SHOULD ``newGraphSynonymQuery``), or
+    Returns the positional clauses, each a list of alternative paths of ``(term, position)``: a
+    one-term path is a ``TermQuery``, a longer one a ``PhraseQuery`` (``auto_generate_synonyms_phrase_query``
+    defaults to true for fields with positions), the alternatives a SHOULD ``newGraphSynonymQuery``.
     ``None`` when the stream is flat (no stacked token), where plain term clauses apply.
     """
     if not any(t.position_increment == 0 or t.position_length > 1 for t in tokens):
@@ -118,14 +120,14 @@ def query_graph(tokens: Sequence[Any]) -> list[list[list[str]]] | None:
     for seg in segments:
         seg_end = max(e for _, e, _ in seg)
 
-        def paths(p: int) -> list[list[str]]:
+        def paths(p: int) -> list[list[tuple[str, int]]]:
             if p >= seg_end:
                 return [[]]
             here = [(e, term) for s_, e, term in seg if s_ == p]
             if not here:  # a hole left by a removed token: continue at the next start
                 later = [s_ for s_, _, _ in seg if s_ > p]
                 return paths(min(later)) if later else [[]]
-            return [[term, *rest] for e, term in here for rest in paths(e)]
+            return [[(term, p), *rest] for e, term in here for rest in paths(e)]
 
         clauses.append([path for path in paths(seg[0][0]) if path])
     return clauses
@@ -159,32 +161,20 @@ def match_clause(bm25: LuceneBM25, match: MatchQuery, analyzer: Any | None = Non
     return mask, np.where(mask, acc.astype(np.float32), 0.0).astype(np.float64)
 
 
-def _graph_clause(bm25: LuceneBM25, match: MatchQuery, graph: list[list[list[str]]]
+def _graph_clause(bm25: LuceneBM25, match: MatchQuery, graph: list[list[list[tuple[str, int]]]]
                   ) -> tuple[np.ndarray, np.ndarray]:
     n = len(bm25)
-    cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-    def term(t: str) -> tuple[np.ndarray, np.ndarray]:
-        if t not in cache:
-            rows, s = bm25.term_scores(t, match.boost)
-            present, score = np.zeros(n, bool), np.zeros(n, np.float64)
-            present[rows], score[rows] = True, s
-            cache[t] = (present, score)
-        return cache[t]
-
     acc = np.zeros(n, np.float64)
     matched = np.zeros(n, np.int64)
     for alternatives in graph:
         seg_hit = np.zeros(n, bool)
         for path in alternatives:
-            hit = np.ones(n, bool)
-            path_score = np.zeros(n, np.float64)
-            for t in path:
-                present, score = term(t)
-                hit &= present
-                path_score += score
-            acc += np.where(hit, path_score, 0.0)
-            seg_hit |= hit
+            if len(path) == 1:
+                rows, s = bm25.term_scores(path[0][0], match.boost)
+            else:
+                rows, s = bm25.phrase_scores(path, match.boost)
+            acc[rows] += s
+            seg_hit[rows] = True
         matched += seg_hit
     required = len(graph) if match.operator == "and" else _min_should(match.minimum_should_match, len(graph))
     mask = matched >= max(required, 1)

@@ -34,8 +34,17 @@ def analyse_values(analyzer: TextAnalyzer, value: Any) -> tuple[NoriToken, ...]:
     """Tokens of one source value: a string, a list of strings (values analysed one after the other), or none."""
     if isinstance(value, str):
         return analyzer.tokens(value)
-    if isinstance(value, list):
-        return tuple(t for v in value if isinstance(v, str) for t in analyzer.tokens(v))
+    if isinstance(value, list):  # values follow each other with position_increment_gap 100 (text fields)
+        out: list[NoriToken] = []
+        for v in value:
+            if isinstance(v, str):
+                toks = analyzer.tokens(v)
+                if out and toks:
+                    first = toks[0]
+                    toks = (NoriToken(first.term, first.pos, first.position_increment + 100, first.position_length),
+                            *toks[1:])
+                out.extend(toks)
+        return tuple(out)
     return ()
 
 
@@ -59,7 +68,7 @@ def text_field_bm25(index_dir: str | os.PathLike | None, segments: Sequence[str]
         values: yields each row's source value of ``field`` (called only on a cache miss).
         k1, b: the similarity's parameters.
     """
-    params = {"k1": k1, "b": b, "n": len(doc_ids)}
+    params = {"k1": k1, "b": b, "n": len(doc_ids), "positions": True}
     key = _key(segments, field, analyzer, params)
     mem_key = f"{index_dir}:{key}"
     hit = _MEMORY.get(mem_key)
@@ -79,7 +88,7 @@ def text_field_bm25(index_dir: str | os.PathLike | None, segments: Sequence[str]
     if bm25 is None:
         logger.info("analysing field %r of %d documents for BM25", field, len(doc_ids))
         docs = [analyse_values(analyzer, v) for v in values()]
-        bm25 = LuceneBM25.from_tokens(list(doc_ids), docs, analyzer, k1=k1, b=b)
+        bm25 = LuceneBM25.from_tokens(list(doc_ids), docs, analyzer, positions=True, k1=k1, b=b)
         if path is not None:
             try:
                 bm25.save(path)

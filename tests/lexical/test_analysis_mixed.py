@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -38,28 +39,38 @@ def test_the_mapping_templates_korean_analyzer_is_mixed_nori():
 
 def test_mixed_query_is_a_graph_of_the_compound_and_its_parts():
     mixed = NoriAnalyzer(decompound_mode="mixed")
-    assert query_graph(mixed.tokens("분석기를 사용")) == [[["분석기"], ["분석", "기"]], [["사용"]]]
+    assert query_graph(mixed.tokens("분석기를 사용")) == [[[("분석기", 0)], [("분석", 0), ("기", 1)]], [[("사용", 3)]]]
     assert query_graph(NoriAnalyzer().tokens("분석기를 사용")) is None  # DISCARD: flat term clauses
 
 
 def test_mixed_match_scores_by_hand():
     mixed = NoriAnalyzer(decompound_mode="mixed")
-    docs = {"a": "형태소 분석기", "b": "분석 결과", "c": "기 분석 방법", "d": "사용 설명"}
-    bm = LuceneBM25.build(docs, mixed)
+    docs = {"a": "형태소 분석기", "b": "분석 결과", "c": "기 분석 방법", "d": "사용 설명", "e": "분석 기법 분석 기"}
+    ids = list(docs)
+    bm = LuceneBM25.from_tokens(ids, [mixed.tokens(t) for t in docs.values()], mixed, positions=True)
+    k1, b = 1.2, 0.75
+    n = 5  # every document has tokens
+    avgdl = bm.sum_total_term_freq / n
 
-    def s(term):
-        rows, scores = bm.term_scores(term)
-        out = np.zeros(len(docs))
-        out[rows] = scores
-        return out
+    def idf(term):
+        df = sum(term in mixed.analyze(t) for t in docs.values())
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    def bm25(freq, row, idf_value):  # OpenSearch's LegacyBM25Similarity; lengths < 24 are exact norms
+        dl = bm.lengths[row]
+        return (1 + k1) * idf_value * freq / (freq + k1 * (1 - b + b * dl / avgdl))
 
     mask, score = match_clause(bm, MatchQuery("text", "분석기"))
-    # a: the compound and both parts match (both alternatives); b: 분석 alone completes no path;
-    # c: 분석 + 기 complete the parts path; d: nothing
-    assert mask.tolist() == [True, False, True, False]
-    assert score[0] == pytest.approx(s("분석기")[0] + s("분석")[0] + s("기")[0], rel=1e-6)
-    assert score[2] == pytest.approx(s("분석")[2] + s("기")[2], rel=1e-6)
+    # SHOULD(term 분석기, phrase "분석 기"): a has the compound (and its parts, adjacent); b has 분석 only;
+    # c has 기 then 분석 (wrong order: no phrase); e has "분석 기" once as adjacent words
+    assert mask.tolist() == [True, False, False, False, True]
+    phrase_idf = idf("분석") + idf("기")
+    assert score[0] == pytest.approx(bm25(1, 0, idf("분석기")) + bm25(1, 0, phrase_idf), rel=1e-5)
+    assert score[4] == pytest.approx(bm25(1, 4, phrase_idf), rel=1e-5)
     mask, _ = match_clause(bm, MatchQuery("text", "분석기 사용", operator="and"))
     assert not mask.any()
     mask, _ = match_clause(bm, MatchQuery("text", "분석기 사용"))
-    assert mask.tolist() == [True, False, True, True]
+    assert mask.tolist() == [True, False, False, True, True]
+    # the flat index cannot answer phrases
+    with pytest.raises(Exception, match="positions=True"):
+        match_clause(LuceneBM25.build(docs, mixed), MatchQuery("text", "분석기"))
