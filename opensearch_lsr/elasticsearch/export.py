@@ -148,6 +148,15 @@ def _bert_settings(hf_tok, backend) -> dict[str, Any]:
     return {"do_lower_case": lower}
 
 
+def _file_format_version(pt_path: Path) -> int | None:
+    """The archive's ``.data/version`` (TorchScript file format) that the loading libtorch must support."""
+    import zipfile
+
+    with zipfile.ZipFile(pt_path) as zf:
+        entry = next((n for n in zf.namelist() if n.endswith("/.data/version") or n.endswith("/version")), None)
+        return int(zf.read(entry).decode().strip()) if entry else None
+
+
 def _content_hash(paths: list[Path]) -> str:
     digest = hashlib.sha256()
     for p in paths:
@@ -233,6 +242,9 @@ def export_elasticsearch(
         torch.jit.save(traced, str(tmp_pt))
         os.replace(tmp_pt, pt_path)
     ops = graph_operations(traced)
+    file_format = _file_format_version(pt_path)
+    if file_format is not None and file_format > 10:  # torch 1.13-2.x read <= 0xA (caffe2/serialize/versions.h)
+        logger.warning("TorchScript file format %s may be newer than the libtorch of the Elasticsearch release", file_format)
     bad_ops = disallowed_operations(ops)
     if bad_ops:
         logger.warning("graph operations outside ml-cpp's allow-list: %s", ", ".join(bad_ops))
@@ -272,6 +284,7 @@ def export_elasticsearch(
         "key_rule": "vocabulary[id] with '.' -> '__' (TextExpansionProcessor.buildSanitizedVocabMap)",
         "key_collisions": [{"ids": [a, b], "key": k} for a, b, k in collisions[:20]],
         "graph_operations": ops,
+        "torchscript_file_format": file_format,
         "disallowed_operations": bad_ops,
         "min_elasticsearch_version": "8.11.0",
         "toolkit_version": toolkit_version,
