@@ -238,6 +238,9 @@ def deploy_es_model(bundle: str | Path, transport: Transport, config: EsDeployCo
 
     state = _deployment_state(call, model_id) if not uploaded else None
     started = False
+    if state == "failed":  # a failed deployment must be stopped before it can start again
+        logger.info("deployment of %s is failed: stopping it before starting again", model_id)
+        _check(*call("POST", f"{ML}/{model_id}/deployment/_stop", {"force": True}), f"stopping {model_id}")
     if state != "started":
         params = {"wait_for": "started", "timeout": f"{int(cfg.timeout_s)}s",
                   "number_of_allocations": cfg.number_of_allocations,

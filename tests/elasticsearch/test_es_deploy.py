@@ -46,6 +46,10 @@ def test_failed_deployment_and_failed_part_raise_one_sentence(es_double, es_clie
     es_double.fail_next_start = "out of memory"
     with pytest.raises(EsDeployError, match="out of memory"):
         deploy_es_model(es_bundle, t, EsDeployConfig(model_id="m2"), progress=False)
+    again = deploy_es_model(es_bundle, t, EsDeployConfig(model_id="m2"), progress=False)  # failed -> stop, start
+    assert not again["uploaded"] and again["state"] == "started"
+    assert [r["path"] for r in es_double.request_log if r["path"].endswith("/_stop")] == [
+        "/_ml/trained_models/m2/deployment/_stop"]
     es_double.faults.append(["PUT", r"/definition/1$", 503, 5])
     with pytest.raises(EsDeployError, match="definition part 1"):
         deploy_es_model(es_bundle, t, EsDeployConfig(model_id="m3"), progress=False)
