@@ -212,9 +212,10 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
                             hybrid_window=pagination_depth)
         client = None
         if backend == "opensearch":
-            from ..opensearch.client import client_from_options
+            from ..opensearch.client import client_from_options, detect_features
 
             client = client_from_options(**conn)
+            detect_features(client, detect_plugins=False)  # unreachable / not OpenSearch: one sentence, first
         result = run_evaluation(config, out_dir, client=client, show_progress_bar=True)
     out = {"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"]}
     if result.get("rows"):

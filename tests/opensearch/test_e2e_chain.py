@@ -142,3 +142,16 @@ def test_search_on_3_4_sparse_vector_asks_for_size_hits(tmp_path, splade_tiny_di
         assert out.splitlines()[0].startswith("12 hits")
     finally:
         d.stop()
+
+
+def test_eval_against_an_unreachable_cluster_fails_in_one_line(tmp_path):
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    (data / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "text": "x"}) + "\n")
+    (data / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "x"}) + "\n")
+    (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    res = CliRunner().invoke(cli, ["eval", "--dataset", str(data), "--model", "splade-tiny", "--backend", "opensearch",
+                                   "--index", "x", "--out", str(tmp_path / "out"), "--url", "http://127.0.0.1:9",
+                                   "--max-retries", "0"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert res.output.strip().splitlines()[-1] == "Error: cannot reach the cluster at http://127.0.0.1:9: connection refused"
