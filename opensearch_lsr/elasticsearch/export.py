@@ -255,7 +255,7 @@ def export_elasticsearch(
     params = sum(p.numel() * p.element_size() for p in wrapper.parameters())
     buffers = sum(b.numel() * b.element_size() for b in wrapper.buffers())
     body = {
-        "description": f"Korean learned-sparse model {name} for task type 'text_expansion' (opensearch-lsr)",
+        "description": f"Learned-sparse (SPLADE) model {name} for task type 'text_expansion' (opensearch-lsr)",
         "model_type": "pytorch",
         "inference_config": inference_config,
         "input": {"field_names": ["text_field"]},
