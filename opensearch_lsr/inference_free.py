@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -86,15 +85,9 @@ def _load_idf(idf: Mapping[str, float] | str | os.PathLike | None) -> tuple[dict
         return None, "ones"
     if isinstance(idf, Mapping):
         return {str(k): float(v) for k, v in idf.items()}, "dict"
-    path = Path(idf)
-    if path.is_dir():
-        path = path / "idf.json"
-    if path.suffix == ".zip":
-        import zipfile
+    from .idf import load_idf
 
-        with zipfile.ZipFile(path) as zf:
-            return json.loads(zf.read("idf.json")), "file"
-    return {str(k): float(v) for k, v in read_json(path).items()}, "file"
+    return load_idf(idf), "file"
 
 
 def build_inference_free(

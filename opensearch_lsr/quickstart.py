@@ -239,6 +239,7 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     from .encoding.keyed import SparseKeyedEncoder
     from .local.index import LocalIndex
     from .encoding.query_tokens import tokenize_query
+    from .idf import load_idf
     from .opensearch.query import bool_query, neural_sparse_query, search_body
 
     work = Path(config.workdir)
@@ -306,7 +307,7 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     echo(f"[index] {index_dir}: {index.count()} documents (rank_features field {VECTOR_FIELD!r})")
 
     # 4. search a few Korean queries --------------------------------------------------------------------
-    idf = json.loads(_zip_member(bundle / "sparse_tokenize.zip", "idf.json"))
+    idf = load_idf(bundle / "sparse_tokenize.zip")
     shown_body = False
     for text in demo_queries:
         variants = {"bi-encoder": {k: v for k, v in encoder(text).items() if v > 0},
@@ -381,8 +382,4 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     return summary
 
 
-def _zip_member(path: Path, name: str) -> str:
-    import zipfile
 
-    with zipfile.ZipFile(path) as zf:
-        return zf.read(name).decode("utf-8") if name in zf.namelist() else "{}"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..config import read_json
 from ..contract import djl_tokenizer, rust_tokenizer
+from ..idf import load_idf
 from .query_evaluator import QueryEncoder
 
 __all__ = ["load_query_encoder", "load_analyzer"]
@@ -36,7 +37,7 @@ def load_query_encoder(path: str) -> QueryEncoder:
                 from tokenizers import Tokenizer
 
                 tok = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
-                idf = json.loads(zf.read("idf.json")) if "idf.json" in names else None
+                idf = load_idf(p) if "idf.json" in names else None
                 tok = djl_tokenizer(tok)
                 return lambda text: tokenize_query(text, tok, idf)
         from ..opensearch.conformance import MLCommonsRuntime
