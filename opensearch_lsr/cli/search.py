@@ -172,7 +172,9 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
 @cli.command("eval")
 @click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False), help="BEIR-layout directory.")
 @click.option("--split", default="dev", show_default=True)
-@click.option("--model", required=True, help="SparseEncoder dir (bi-encoder or inference-free Router) or 'splade-tiny'.")
+@click.option("--model", default=None,
+              help="SparseEncoder dir (bi-encoder or inference-free Router) or 'splade-tiny'; may be left out with "
+                   "--baseline bm25-nori to measure the nori BM25 row alone.")
 @click.option("--query-mode", type=click.Choice(["model", "tokens"]), default="model", show_default=True,
               help="model: the model's query encoder; tokens: SPARSE_TOKENIZE with IDF (inference-free).")
 @click.option("--backend", type=click.Choice(["local", "opensearch"]), default="local", show_default=True)
@@ -203,6 +205,16 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
     """Evaluate an encoder through a backend: nDCG@10, MRR@10, Recall@100, FLOPS, active dims."""
     from ..evaluation.pipeline import EvalConfig, run_evaluation
 
+    if not model:
+        if baseline == "none" or hybrid != "none" or backend != "local":
+            fail("--model is required (only `--baseline bm25-nori` on the local backend runs without one)")
+        from ..lexical.baselines import evaluate_baseline
+
+        with user_errors():
+            result = evaluate_baseline(dataset, out_dir, split=split, max_queries=max_queries, max_docs=max_docs)
+        echo_json({"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"],
+                   "rows": result["rows"]})
+        return
     with user_errors():
         levels = [float(x) for x in prune_levels.split(",") if x.strip()]
         config = EvalConfig(dataset=dataset, split=split, model=model, query_mode=query_mode, backend=backend,

@@ -19,7 +19,8 @@ from .fusion import HybridFusion
 from .queries import hybrid_query, match_query
 
 __all__ = ["Baseline", "HybridTechnique", "LexicalRow", "PipelineSearch", "local_pipeline_search",
-           "opensearch_pipeline_search", "baseline_row", "hybrid_row", "check_choices", "NO_MATCH", "BASELINE_NAME"]
+           "opensearch_pipeline_search", "baseline_row", "hybrid_row", "evaluate_baseline", "check_choices",
+           "NO_MATCH", "BASELINE_NAME"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,47 @@ def hybrid_row(search: SearchFn, queries: Mapping[str, str], sparse_queries: Map
                   "min-max " + "/".join(f"{w:g}" for w in (fusion.weights or (0.5, 0.5))))
         name = f"hybrid BM25 (nori) + sparse ({detail})"
     return LexicalRow(name, evaluate_run(qrels, run), run, seconds)
+
+
+def evaluate_baseline(dataset: str, out_dir: str, split: str = "dev", k: int = 100, max_queries: int | None = None,
+                      max_docs: int | None = None) -> dict[str, Any]:
+    """The nori BM25 row alone (no model): a local index holding the text field only, ``match`` bodies.
+
+    Writes ``report.json``/``report.md``/``run-bm25-nori.trec`` and the text index (``index-text``) to
+    ``out_dir``; returns the result (``rows``, ``metrics``, ``timings``).
+    """
+    from pathlib import Path
+
+    from ..evaluation.datasets import load_beir
+    from ..evaluation.pipeline import TEXT_FIELD, cap_corpus
+    from ..evaluation.report import write_report, write_trec_run
+    from ..local.index import LocalIndex
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ds = cap_corpus(load_beir(dataset, split).subset(max_queries), max_docs)
+    t0 = time.perf_counter()
+    index_dir = out / "index-text"
+    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": "nori"}}},
+                              exist_ok=True)
+    if index.count() != len(ds.corpus):
+        ids = list(ds.corpus)
+        for start in range(0, len(ids), 5000):
+            index.bulk({"_id": d, "_source": {TEXT_FIELD: ds.corpus[d]}} for d in ids[start:start + 5000])
+    indexing = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    index.search({"query": match_query(TEXT_FIELD, "x"), "size": 1})  # analyse the field once
+    analysis = time.perf_counter() - t0
+    row = baseline_row(index.search, ds.queries, ds.qrels, TEXT_FIELD, k)
+    write_trec_run(row.run, out / "run-bm25-nori.trec", tag="bm25-nori")
+    result = {"name": row.name, "config": {"dataset": dataset, "split": split, "backend": "local",
+                                           "n_queries": len(ds.queries), "n_docs": len(ds.corpus), "k": k},
+              "metrics": row.metrics, "rows": [row.table_row()],
+              "lexical_rows": [{"name": row.name, "metrics": row.metrics, "seconds": row.seconds,
+                                "query_ms": row.table_row()["query_ms"]}],
+              "timings": {"index_documents": indexing, "analyse_text_field": analysis, f"search {row.name}": row.seconds}}
+    write_report(result, out, title=f"Evaluation: {row.name} on {ds.name}/{split}")
+    return result
 
 
 def check_choices(baseline: str, hybrid: str) -> None:

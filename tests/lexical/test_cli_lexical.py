@@ -63,3 +63,15 @@ def test_eval_reports_the_nori_row_first_and_the_hybrid(ko_beir, tiny_source_dir
     bad = CliRunner().invoke(cli, ["eval", "--dataset", str(ko_beir), "--model", str(tiny_source_dir), "--out",
                                    str(tmp_path / "bad"), "--hybrid", "min_max", "--weights", "0.5,0.6"])
     assert bad.exit_code != 0 and "sum of weights" in bad.output and "Traceback" not in bad.output
+
+
+def test_eval_baseline_alone_needs_no_model(ko_beir, tmp_path):
+    out = tmp_path / "nori"
+    res = CliRunner().invoke(cli, ["eval", "--dataset", str(ko_beir), "--baseline", "bm25-nori", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    got = _json(res.stdout)
+    assert got["rows"][0]["system"] == "BM25 (nori analyzer)"
+    assert got["metrics"] == pytest.approx(evaluate_run(QRELS, LuceneBM25.build(DOCS).search(QUERIES, k=100)))
+    assert "BM25 (nori analyzer)" in (out / "report.md").read_text(encoding="utf-8")
+    bad = CliRunner().invoke(cli, ["eval", "--dataset", str(ko_beir), "--out", str(tmp_path / "x")])
+    assert bad.exit_code != 0 and "--model is required" in bad.output
