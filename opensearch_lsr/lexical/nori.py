@@ -6,7 +6,9 @@ OpenSearch's ``nori`` analyzer (plugin ``analysis-nori``) is Lucene's ``KoreanAn
 Nori's tokenizer is a Java port of MeCab's lattice search over ``mecab-ko-dic``; this module runs the
 real MeCab over (a later release of) the same dictionary and re-implements, after it, what nori does
 with each lattice token. Upstream source followed (apache/lucene, ``lucene/analysis/nori/src/java/org/
-apache/lucene/analysis/ko/``; same logic in every 9.x release tag, which OpenSearch 2.x ships):
+apache/lucene/analysis/ko/``, read at stored commits, see ``docs/nori-baseline.md``; Lucene 9.x, which
+OpenSearch 2.x ships, names every ending ``E`` and every particle ``J`` where newer sources split them:
+the stopped morphemes are the same):
 
 - ``Viterbi.backtrace``: a token of type ``*`` (MORPHEME) is emitted as is, unless its first character
   is punctuation (``isPunctuation``: Unicode space/control/format/punctuation/symbol classes, and
