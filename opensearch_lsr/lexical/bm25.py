@@ -1,7 +1,8 @@
 """Lucene / OpenSearch BM25 over analysed text (the ``match`` query's scoring on a ``text`` field).
 
 Implements, in float32 as Lucene does (apache/lucene ``lucene/core/src/java/org/apache/lucene/``, read at
-a stored main commit; this scorer is unchanged since Lucene 8, so OpenSearch 2.x/3.x compute the same):
+a stored main commit; the formula is Lucene 8+'s, whose releases OpenSearch 2.x/3.x ship, up to the
+order of float operations):
 
 - ``search/similarities/BM25Similarity``: ``idf = log(1 + (docCount - df + 0.5) / (df + 0.5))``,
   ``avgdl = sumTotalTermFreq / docCount``, a 256-entry cache
