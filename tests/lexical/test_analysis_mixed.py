@@ -18,11 +18,16 @@ from opensearch_lsr.lexical.queries import MatchQuery, match_clause, query_graph
 MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
 
 
-def test_the_mapping_templates_korean_analyzer_is_mixed_nori():
+def test_the_mapping_templates_korean_analyzer_resolves_to_nori():
     template = json.loads((MAPPINGS / "rank_features.json").read_text())
     props = {"text": {"type": "text", "analyzer": "korean"}}
     an = analyzer_for_field(props, template["settings"], "text")
-    assert an == NoriAnalyzer(decompound_mode="mixed", stop_tags=DEFAULT_STOP_TAGS, reading_form=True, lowercase=True)
+    mode = template["settings"]["index"]["analysis"]["tokenizer"]["korean_nori"].get("decompound_mode", "discard")
+    assert an == NoriAnalyzer(decompound_mode=mode, stop_tags=DEFAULT_STOP_TAGS, reading_form=True, lowercase=True)
+    custom = {"analysis": {"tokenizer": {"k": {"type": "nori_tokenizer", "decompound_mode": "mixed"}},
+                           "analyzer": {"a": {"type": "custom", "tokenizer": "k", "filter": ["lowercase"]}}}}
+    assert analyzer_for_field({"text": {"analyzer": "a"}}, custom, "text") == NoriAnalyzer(
+        decompound_mode="mixed", stop_tags=None, reading_form=False, lowercase=True)
     assert analyzer_for_field({"text": {"type": "text"}}, None, "text") == StandardAnalyzer()
     assert analyzer_for_field({"text": {"type": "text", "analyzer": "nori"}}, {}, "text") == NoriAnalyzer()
     custom = {"analysis": {"tokenizer": {"t": {"type": "nori_tokenizer", "user_dictionary": "u.txt"}},
