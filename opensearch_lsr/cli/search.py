@@ -90,6 +90,13 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
             if target_field.kind == "sparse_vector" and tuple(version[:2]) >= (3, 4) and "k" not in ann:
                 # 3.4+ always runs SEISMIC with k 10 by default: ask for as many hits as --size
                 ann["k"] = max(size, 10)
+            if ann and parsed_filters:
+                # inside the ANN search (method_parameters.filter), not after it: an outer bool filter
+                # would only thin out the k hits SEISMIC already chose
+                from ..opensearch.query import filter_clauses
+
+                ann["filter"] = {"bool": {"filter": filter_clauses(parsed_filters)}}
+                parsed_filters = {}
             method_params = ann or None
         if ann and backend == "local":
             fail("--ann-k/--ann-top-n/--ann-heap-factor apply to OpenSearch sparse_vector indices")

@@ -25,6 +25,7 @@ __all__ = [
     "method_parameters",
     "cap_query_weights",
     "bool_query",
+    "filter_clauses",
     "search_body",
     "parse_version",
     "query_tokens_for",
@@ -158,12 +159,15 @@ def bool_query(must: Sequence[dict] | dict, filters: Mapping[str, Any] | Sequenc
     if not filters:
         return must_list[0] if len(must_list) == 1 else {"bool": {"should": must_list,
                                                                   "minimum_should_match": len(must_list)}}
+    return {"bool": {"should": must_list, "minimum_should_match": len(must_list), "filter": filter_clauses(filters)}}
+
+
+def filter_clauses(filters: Mapping[str, Any] | Sequence[dict]) -> list[dict]:
+    """``{field: value}`` -> a ``term`` per field (``terms`` for lists); a list of clauses stays as it is."""
     if isinstance(filters, Mapping):
-        clauses = [{"terms": {k: list(v)}} if isinstance(v, (list, tuple)) else {"term": {k: v}}
-                   for k, v in filters.items()]
-    else:
-        clauses = list(filters)
-    return {"bool": {"should": must_list, "minimum_should_match": len(must_list), "filter": clauses}}
+        return [{"terms": {k: list(v)}} if isinstance(v, (list, tuple)) else {"term": {k: v}}
+                for k, v in filters.items()]
+    return list(filters)
 
 
 def search_body(

@@ -140,6 +140,14 @@ def test_search_on_3_4_sparse_vector_asks_for_size_hits(tmp_path, splade_tiny_di
         out = _run("search", "the", "--index", "ann", "--backend", "opensearch", "--mode", "tokens", "--model", zpath,
                    "--size", 12, "--url", d.url)
         assert out.splitlines()[0].startswith("12 hits")
+        # a --filter goes inside the ANN search: the 3 lowest-scoring documents still come back
+        bulk(client, [{"_index": "ann", "_id": f"d{i}", "_source": {"text": "t", "lang": "ko" if i < 3 else "en",
+                                                                    "sparse_embedding": {"1996": 1.0 + i}}}
+                      for i in range(15)], refresh=True)
+        out = _run("search", "the", "--index", "ann", "--backend", "opensearch", "--mode", "tokens", "--model", zpath,
+                   "--filter", "lang=ko", "--show-query", "--url", d.url)
+        assert "3 hits" in out and '"method_parameters"' in out and '"lang": "ko"' in out
+        assert d.violations == []
     finally:
         d.stop()
 
