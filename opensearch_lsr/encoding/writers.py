@@ -40,14 +40,9 @@ class LocalIndexWriter:
         self.index = LocalIndex.create(path, mappings=mappings, exist_ok=True)
 
     def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
-        resp = self.index.bulk(actions, refresh=False)
-        out = []
-        for action, item in zip(actions, resp["items"]):
-            info = next(iter(item.values()))
-            ok = "error" not in info
-            out.append(BulkOutcome(str(action["_id"]), ok, int(info.get("status", 0)),
-                                   None if ok else info.get("error")))
-        return out
+        from ..engines.local import bulk_outcomes
+
+        return bulk_outcomes(actions, self.index.bulk(actions, refresh=False))
 
     def state(self) -> dict[str, Any]:
         return {}

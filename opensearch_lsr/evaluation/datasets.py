@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..corpus import doc_text
 
-__all__ = ["BeirDataset", "load_beir"]
+__all__ = ["BeirDataset", "load_beir", "cap_corpus"]
 
 
 @dataclass
@@ -70,3 +70,17 @@ def load_beir(directory: str | Path, split: str = "dev") -> BeirDataset:
                 qrels.setdefault(qid, {})[did] = score
     queries = {q: t for q, t in queries_all.items() if q in qrels}
     return BeirDataset(root.name, split, corpus, queries, qrels)
+
+
+def cap_corpus(dataset: BeirDataset, max_docs: int | None) -> BeirDataset:
+    """Keep every judged document of the kept queries, then others in file order up to ``max_docs``."""
+    if not max_docs or len(dataset.corpus) <= max_docs:
+        return dataset
+    judged = [d for q in dataset.qrels for d in dataset.qrels[q] if d in dataset.corpus]
+    keep = dict.fromkeys(judged)
+    for did in dataset.corpus:
+        if len(keep) >= max_docs:
+            break
+        keep.setdefault(did, None)
+    corpus = {d: dataset.corpus[d] for d in dataset.corpus if d in keep}
+    return BeirDataset(dataset.name, dataset.split, corpus, dataset.queries, dataset.qrels)

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from ..config import ArtifactConfig
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
-from .datasets import BeirDataset, load_beir
+from .datasets import BeirDataset, cap_corpus, load_beir
 from .metrics import evaluate_run
 
 __all__ = ["EvalConfig", "SearchBackend", "OpenSearchBackend", "cap_corpus", "dicts_to_csr",
@@ -103,20 +103,6 @@ class OpenSearchBackend:
 
     def search(self, body: dict) -> dict:
         return self.client.search(index=self.index, body=body)
-
-
-def cap_corpus(dataset: BeirDataset, max_docs: int | None) -> BeirDataset:
-    """Keep every judged document of the kept queries, then others in file order up to ``max_docs``."""
-    if not max_docs or len(dataset.corpus) <= max_docs:
-        return dataset
-    judged = [d for q in dataset.qrels for d in dataset.qrels[q] if d in dataset.corpus]
-    keep = dict.fromkeys(judged)
-    for did in dataset.corpus:
-        if len(keep) >= max_docs:
-            break
-        keep.setdefault(did, None)
-    corpus = {d: dataset.corpus[d] for d in dataset.corpus if d in keep}
-    return BeirDataset(dataset.name, dataset.split, corpus, dataset.queries, dataset.qrels)
 
 
 def dicts_to_csr(rows: Sequence[Mapping[str, float]], vocab: dict[str, int] | None = None

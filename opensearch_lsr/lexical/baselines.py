@@ -125,8 +125,8 @@ def evaluate_baseline(dataset: str, out_dir: str, split: str = "dev", k: int = 1
     """
     from pathlib import Path
 
-    from ..evaluation.datasets import load_beir
-    from ..evaluation.pipeline import TEXT_FIELD, cap_corpus
+    from ..contract import DEFAULT_TEXT_FIELD as TEXT_FIELD
+    from ..evaluation.datasets import cap_corpus, load_beir
     from ..evaluation.report import write_report, write_trec_run
     from ..local.index import LocalIndex
 
