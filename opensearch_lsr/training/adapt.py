@@ -107,13 +107,13 @@ class AdaptConfig(ArtifactConfig):
             raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
 
     def stage_key(self) -> dict:
-        """The parameters the cached data stages depend on (a change re-runs them)."""
-        return {"corpus": str(Path(self.corpus).resolve()), "teacher": self.teacher, "labels": self.labels,
+        """The parameters the cached data stages depend on (a change re-runs them), as JSON reads them back."""
+        return json.loads(json.dumps({"corpus": str(Path(self.corpus).resolve()), "teacher": self.teacher, "labels": self.labels,
                 "labels_split": self.labels_split, "queries": asdict(self.queries),
                 "consistency_rank": self.consistency_rank, "negatives": self.negatives,
                 "negative_sources": list(self.negative_sources), "negative_depth": self.negative_depth,
                 "teacher_margin": self.teacher_margin, "teacher_temperature": self.teacher_temperature,
-                "seed": self.seed}
+                "seed": self.seed}))
 
 
 @dataclass
