@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hybrid_with:
         model, mode = models[args.hybrid_with]
         index = str(work / slug(args.hybrid_with) / "index")
-        tune_index = str(work / "tune-index")
+        tune_index = index  # one corpus serves both splits (BEIR layout): tune on the row's own filled index
         best: dict[str, tuple[float, dict]] = {}
         for weights in WEIGHT_GRID:
             r = evaluate(work / "tune", f"min_max {weights}", model, mode, args.data, split="train",
