@@ -1,5 +1,5 @@
-"""The package's shape: no import cycle (module-level and in-function imports alike), no module
-over 600 lines. Both read the source with ``ast``; nothing is imported."""
+"""The package's shape: no import cycle and no import running up the layer map (module-level and
+in-function imports alike), no module over 600 lines. All read the source with ``ast``; nothing is imported."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +8,21 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "opensearch_lsr"
 MAX_LINES = 600
+
+#: The layers, low to high: a module may import its own layer and lower ones, never a higher one.
+#: Entries are module paths relative to the package ("" = the package's ``__init__``); the longest
+#: matching entry places a module (``encoding.job`` is indexing, the rest of ``encoding`` encoders).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base: errors, configs, the engine contract", ("", "errors", "config", "resources", "contract", "pruning",
+                                                    "corpus")),
+    ("text and vocabulary: IDF, nori/BM25, tokenizer transfer", ("idf", "lexical", "transfer")),
+    ("encoders", ("encoding", "inference_free", "source_vocab")),
+    ("engines", ("engines", "local", "opensearch", "elasticsearch")),
+    ("indexing into an engine", ("encoding.indexing", "encoding.job", "encoding.job_state", "encoding.writers")),
+    ("evaluation", ("evaluation",)),
+    ("training and the quickstart", ("training", "quickstart")),
+    ("command line", ("cli",)),
+]
 
 
 def package_modules(root: Path = PACKAGE) -> dict[str, Path]:
@@ -46,6 +61,28 @@ def import_edges(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
                 if target in modules and target != name:
                     edges[name].setdefault(target, node.lineno)
     return edges
+
+
+def layer_of(module: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS, root: str = PACKAGE.name) -> int:
+    """Index in ``layers`` of the longest entry that is ``module`` or a parent package of it."""
+    rel = module[len(root) + 1:] if module.startswith(root + ".") else ("" if module == root else module)
+    best, best_len = None, -1
+    for level, (_, entries) in enumerate(layers):
+        for entry in entries:
+            matches = rel == entry or (entry and rel.startswith(entry + "."))
+            if matches and len(entry) > best_len:
+                best, best_len = level, len(entry)
+    if best is None:
+        raise KeyError(f"{module} is in no layer of the map: add its package to LAYERS")
+    return best
+
+
+def upward_edges(edges: dict[str, dict[str, int]], layers: list[tuple[str, tuple[str, ...]]] = LAYERS,
+                 root: str = PACKAGE.name) -> list[str]:
+    """``importer:line -> imported`` for every import of a higher layer."""
+    return sorted(f"{a}:{line} -> {b}  ({layers[layer_of(a, layers, root)][0]} -> {layers[layer_of(b, layers, root)][0]})"
+                  for a, targets in edges.items() for b, line in targets.items()
+                  if layer_of(b, layers, root) > layer_of(a, layers, root))
 
 
 def find_cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -113,6 +150,35 @@ def test_no_import_cycle_in_the_package():
     detail = [" -> ".join(c) + "  (" + ", ".join(f"{a}:{edges[a][b]}->{b}" for a in c for b in edges.get(a, {})
                                              if b in c) + ")" for c in cycles]
     assert not cycles, "import cycles:\n" + "\n".join(detail)
+
+
+def test_the_layer_check_finds_an_upward_in_function_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "job.py").write_text("from ..mid import m\n")          # indexing: may import mid
+    (pkg / "low" / "a.py").write_text("def f():\n    from ..top import t\n")
+    (pkg / "mid.py").write_text("from .low import a\nm = 1\n")
+    (pkg / "top.py").write_text("import pkg.mid\nt = 1\n")
+    layers = [("low", ("", "low")), ("mid", ("mid",)), ("indexing", ("low.job",)), ("top", ("top",))]
+    edges = import_edges(package_modules(pkg))
+    assert [e.split("  (")[0] for e in upward_edges(edges, layers, root="pkg")] == ["pkg.low.a:2 -> pkg.top"]
+    (pkg / "new.py").write_text("from .mid import m\n")
+    try:
+        upward_edges(import_edges(package_modules(pkg)), layers, root="pkg")
+    except KeyError as err:
+        assert "pkg.new" in str(err)
+    else:
+        raise AssertionError("a module outside the layer map must be reported")
+
+
+def test_no_import_runs_up_the_layer_map():
+    modules = package_modules()
+    for module in modules:
+        layer_of(module)  # every module is placed (KeyError names the one that is not)
+    up = upward_edges(import_edges(modules))
+    assert not up, "imports of a higher layer (move the importer up, or the imported code down):\n" + "\n".join(up)
 
 
 def test_no_module_over_600_lines():

@@ -203,7 +203,7 @@ def _search(kw: dict, es: dict) -> None:
 
 def _eval(kw: dict, es: dict) -> None:
     from ..elasticsearch.engine import ElasticsearchEngine
-    from ..elasticsearch.evaluate import EsEvalConfig, evaluate_es
+    from ..evaluation.elasticsearch import EsEvalConfig, evaluate_es
 
     with user_errors():
         config = EsEvalConfig(dataset=kw["dataset"], split=kw["split"], index=kw["index_ref"] or "",

@@ -215,7 +215,7 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
     if not model:
         if baseline == "none" or hybrid != "none" or backend != "local":
             fail("--model is required (only `--baseline bm25-nori` on the local backend runs without one)")
-        from ..lexical.baselines import evaluate_baseline
+        from ..evaluation.baselines import evaluate_baseline
 
         with user_errors():
             result = evaluate_baseline(dataset, out_dir, split=split, max_queries=max_queries, max_docs=max_docs)

@@ -63,7 +63,7 @@ class EvalConfig(ArtifactConfig):
     batch_size: int = 32
     prune_levels: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.3, 0.5])
     name: str | None = None
-    # rows measured through the same backend (opensearch_lsr.lexical.baselines): `match` on the text
+    # rows measured through the same backend (opensearch_lsr.evaluation.baselines): `match` on the text
     # field (nori BM25) and `hybrid [match, neural_sparse]` under a min_max or rrf search pipeline
     baseline: Literal["none", "bm25-nori"] = "none"
     hybrid: Literal["none", "min_max", "rrf"] = "none"
@@ -72,7 +72,7 @@ class EvalConfig(ArtifactConfig):
     hybrid_window: int | None = None  # hits per sub-query (pagination_depth); default k
 
     def __post_init__(self) -> None:
-        from ..lexical.baselines import check_choices
+        from .baselines import check_choices
 
         check_choices(self.baseline, self.hybrid)
         if self.hybrid != "none":  # the pipeline's own validation (weights sum to 1, rank constant range), up front
@@ -182,7 +182,7 @@ def _query_tokens(weights: Mapping[str, float]) -> dict[str, float] | None:
 def _lexical_rows(config: EvalConfig, backend: Any, client: Any, dataset: BeirDataset,
                   sparse_bodies: Mapping[str, dict | None], out: Path) -> list:
     """The nori BM25 baseline and hybrid rows (``config.baseline`` / ``config.hybrid``), run files in ``out``."""
-    from ..lexical.baselines import (BASELINE_NAME, baseline_row, hybrid_row, local_pipeline_search,
+    from .baselines import (BASELINE_NAME, baseline_row, hybrid_row, local_pipeline_search,
                                      opensearch_pipeline_search)
     from ..lexical.fusion import HybridFusion
     from .report import write_trec_run

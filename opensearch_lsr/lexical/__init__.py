@@ -2,8 +2,8 @@
 
 Modules: :mod:`.nori` (analyzer), :mod:`.analysis` (a field's analyzer from settings/mappings),
 :mod:`.bm25` (Lucene BM25), :mod:`.text_index` (cached postings of a local index's text field),
-:mod:`.queries` (``match`` / ``hybrid``), :mod:`.fusion` (neural-search normalisation and RRF),
-:mod:`.baselines` (the nori and hybrid rows of an evaluation). Details: ``docs/nori-baseline.md``.
+:mod:`.queries` (``match`` / ``hybrid``), :mod:`.fusion` (neural-search normalisation and RRF). The nori and
+hybrid rows of an evaluation are :mod:`opensearch_lsr.evaluation.baselines`. Details: ``docs/nori-baseline.md``.
 """
 from __future__ import annotations
 

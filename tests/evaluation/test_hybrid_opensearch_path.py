@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "opensearch"))
 double_fixtures = pytest.importorskip("double.fixtures")
 
-from opensearch_lsr.lexical.baselines import (baseline_row, hybrid_row, local_pipeline_search,  # noqa: E402
-                                              opensearch_pipeline_search)
+from opensearch_lsr.evaluation.baselines import (baseline_row, hybrid_row, local_pipeline_search,  # noqa: E402
+                                                 opensearch_pipeline_search)
 from opensearch_lsr.lexical.fusion import HybridFusion  # noqa: E402
 from opensearch_lsr.local.index import LocalIndex  # noqa: E402
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ..evaluation.metrics import evaluate_run
-from .fusion import HybridFusion
-from .queries import hybrid_query, match_query
+from ..lexical.fusion import HybridFusion
+from ..lexical.queries import hybrid_query, match_query
+from .metrics import evaluate_run
 
 __all__ = ["Baseline", "HybridTechnique", "LexicalRow", "PipelineSearch", "local_pipeline_search",
            "opensearch_pipeline_search", "baseline_row", "hybrid_row", "evaluate_baseline", "check_choices",
@@ -126,8 +126,8 @@ def evaluate_baseline(dataset: str, out_dir: str, split: str = "dev", k: int = 1
     from pathlib import Path
 
     from ..contract import DEFAULT_TEXT_FIELD as TEXT_FIELD
-    from ..evaluation.datasets import cap_corpus, load_beir
-    from ..evaluation.report import write_report, write_trec_run
+    from .datasets import cap_corpus, load_beir
+    from .report import write_report, write_trec_run
     from ..local.index import LocalIndex
 
     out = Path(out_dir)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ArtifactConfig, write_json
-from .query import query_vector_for, rrf_body, run_queries, search_body, sparse_vector_query
+from ..elasticsearch.query import query_vector_for, rrf_body, run_queries, search_body, sparse_vector_query
 
 __all__ = ["EsEvalConfig", "evaluate_es"]
 
@@ -58,8 +58,8 @@ def evaluate_es(config: EsEvalConfig, out_dir: str | os.PathLike, search) -> dic
     Returns:
         ``{"metrics", "queries", "seconds"}``, also written to ``out_dir/metrics.json`` with ``run.json``.
     """
-    from ..evaluation.datasets import load_beir
-    from ..evaluation.metrics import evaluate_run
+    from .datasets import load_beir
+    from .metrics import evaluate_run
 
     ds = load_beir(config.dataset, config.split)
     qids = [q for q in ds.qrels if q in ds.queries]
