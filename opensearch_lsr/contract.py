@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tokenizers import Tokenizer
 
 __all__ = ["MAX_LENGTH", "MAX_QUERY_WEIGHT", "FLOAT_MIN_NORMAL", "MAX_RESULT_WINDOW",
-           "DEFAULT_TEXT_FIELD", "DEFAULT_VECTOR_FIELD", "truncate_feature_values", "truncate_feature_value",
+           "DEFAULT_TEXT_FIELD", "DEFAULT_VECTOR_FIELD", "DEFAULT_TEXT_ANALYZER", "truncate_feature_values", "truncate_feature_value",
            "KeyFormat", "check_key_format", "rust_tokenizer", "djl_tokenizer", "decode_key", "decode_keys",
            "special_token_ids", "key_table", "vector_to_keys"]
 
@@ -53,6 +53,12 @@ MAX_RESULT_WINDOW = 10_000
 #: names as the templates in ``mappings/`` (the ``{{text_field}}`` / ``{{vector_field}}`` defaults in mappings/README.md).
 DEFAULT_TEXT_FIELD = "text"
 DEFAULT_VECTOR_FIELD = "sparse_embedding"
+#: Text analyzer of the indices the toolkit creates without a cluster (local backend: ``lsr-os index``,
+#: ``LocalEngine``, ``eval``): OpenSearch's built-in ``nori`` (Lucene ``KoreanAnalyzer``: nori_tokenizer with
+#: decompound_mode discard, nori_part_of_speech with the default stop tags, nori_readingform, lowercase), the
+#: same chain as the ``korean`` analyzer of ``mappings/*.json``; tests/engines/test_text_analyzer.py fails if
+#: they drift apart.
+DEFAULT_TEXT_ANALYZER = "nori"
 
 
 def truncate_feature_values(values: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format, vector_to_keys
+from ..contract import DEFAULT_TEXT_ANALYZER, DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format, vector_to_keys
 from .encoder import SparseVector
 from ..pruning import PruneConfig, prune_arrays
 
@@ -132,9 +132,10 @@ class DocumentBuilder:
 
 
 def flat_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAULT_VECTOR_FIELD,
-                 key_format: KeyFormat = "word", text_analyzer: str | None = None) -> dict:
+                 key_format: KeyFormat = "word", text_analyzer: str | None = DEFAULT_TEXT_ANALYZER) -> dict:
     """Minimal mapping for flat documents (the full templates live in ``mappings/``); ``text_analyzer``
-    names the text field's analyzer (e.g. ``"nori"``; default: the engine's standard analyzer)."""
+    names the text field's analyzer (default ``nori``, as the templates analyse it; ``None``: the
+    engine's ``standard``)."""
     sparse = {"type": "rank_features"} if key_format == "word" else {
         "type": "sparse_vector", "method": {"name": "seismic"}}
     text = {"type": "text", **({"analyzer": text_analyzer} if text_analyzer else {})}
@@ -142,12 +143,14 @@ def flat_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAU
 
 
 def nested_mapping(text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAULT_VECTOR_FIELD,
-                   key_format: KeyFormat = "word") -> dict:
-    """Mapping for ``split`` documents: ``<sparse_field>`` nested, ``.sparse_encoding`` sparse."""
+                   key_format: KeyFormat = "word", text_analyzer: str | None = DEFAULT_TEXT_ANALYZER) -> dict:
+    """Mapping for ``split`` documents: ``<sparse_field>`` nested, ``.sparse_encoding`` sparse; both text
+    fields analysed with ``text_analyzer`` (as :func:`flat_mapping`)."""
+    text = {"type": "text", **({"analyzer": text_analyzer} if text_analyzer else {})}
     sparse = {"type": "rank_features"} if key_format == "word" else {
         "type": "sparse_vector", "method": {"name": "seismic"}}
     return {"properties": {
         "id": {"type": "keyword"},
-        text_field: {"type": "text"},
-        sparse_field: {"type": "nested", "properties": {"sparse_encoding": sparse, "text": {"type": "text"}}},
+        text_field: text,
+        sparse_field: {"type": "nested", "properties": {"sparse_encoding": sparse, "text": dict(text)}},
     }}

@@ -59,7 +59,9 @@ class LocalEngine:
 
     def create_index(self, index: str, *, kind: IndexKind = "rank_features", text_field: str = DEFAULT_TEXT_FIELD,
                      vector_field: str = DEFAULT_VECTOR_FIELD, exist_ok: bool = False) -> dict[str, Any]:
-        """Create ``index`` as ``mappings/rank_features.json`` lays it out (``sparse_vector`` is OpenSearch-only)."""
+        """Create ``index`` as ``mappings/rank_features.json`` lays it out: the text field analysed with
+        ``nori`` (``contract.DEFAULT_TEXT_ANALYZER``), the vector field ``rank_features`` (``sparse_vector``
+        is OpenSearch-only)."""
         from ..encoding.documents import flat_mapping
 
         if kind != "rank_features":

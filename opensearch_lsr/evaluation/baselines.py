@@ -125,6 +125,7 @@ def evaluate_baseline(dataset: str, out_dir: str, split: str = "dev", k: int = 1
     """
     from pathlib import Path
 
+    from ..contract import DEFAULT_TEXT_ANALYZER
     from ..contract import DEFAULT_TEXT_FIELD as TEXT_FIELD
     from .datasets import cap_corpus, load_beir
     from .report import write_report, write_trec_run
@@ -135,7 +136,7 @@ def evaluate_baseline(dataset: str, out_dir: str, split: str = "dev", k: int = 1
     ds = cap_corpus(load_beir(dataset, split).subset(max_queries), max_docs)
     t0 = time.perf_counter()
     index_dir = out / "index-text"
-    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": "nori"}}},
+    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": DEFAULT_TEXT_ANALYZER}}},
                               exist_ok=True)
     if index.count() != len(ds.corpus):
         ids = list(ds.corpus)

@@ -123,13 +123,13 @@ def dicts_to_csr(rows: Sequence[Mapping[str, float]], vocab: dict[str, int] | No
 
 def index_local(index_path: Path, doc_ids: Sequence[str], texts: Sequence[str], model: str) -> Any:
     """A fresh local index of the documents, through the indexing path of ``lsr-os index``
-    (:func:`~opensearch_lsr.encoding.indexing.index_records`); nori on the text field."""
+    (:func:`~opensearch_lsr.encoding.indexing.index_records`); nori on the text field (``flat_mapping``'s default)."""
     from ..encoding.documents import flat_mapping
     from ..encoding.encoder import SparseDocumentEncoder
     from ..encoding.indexing import index_records
     from ..encoding.writers import LocalIndexWriter
 
-    writer = LocalIndexWriter(index_path, flat_mapping(TEXT_FIELD, VECTOR_FIELD, text_analyzer="nori"))
+    writer = LocalIndexWriter(index_path, flat_mapping(TEXT_FIELD, VECTOR_FIELD))
     counts = index_records(zip(doc_ids, texts), SparseDocumentEncoder(model), writer)
     writer.close()
     if counts.failed:
