@@ -15,7 +15,8 @@ MAX_LINES = 600
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base: errors, configs, the engine contract", ("", "errors", "config", "resources", "contract", "pruning",
                                                     "corpus")),
-    ("text and vocabulary: IDF, nori/BM25, tokenizer transfer", ("idf", "lexical", "transfer")),
+    ("text, vocabulary and models: IDF, nori/BM25, tokenizer transfer, multilingual bridge models",
+     ("idf", "lexical", "transfer", "multilingual")),
     ("encoders", ("encoding", "inference_free", "source_vocab")),
     ("engines", ("engines", "local", "opensearch", "elasticsearch")),
     ("indexing into an engine", ("encoding.indexing", "encoding.job", "encoding.job_state", "encoding.writers")),
