@@ -7,7 +7,8 @@ rejected with 429 and exponential backoff). What it adds, because the helper doe
   backoff (the helper only retries 429);
 * a whole request that fails (connection error, 5xx on ``_bulk`` itself after the transport's
   own retries) is retried with backoff up to ``max_retries`` and then raised as
-  :class:`BulkWriteError`, so the job stops with a checkpoint and can be resumed;
+  :class:`BulkWriteError`, so the job stops with a checkpoint and can be resumed (the rounds are
+  :class:`~opensearch_lsr.engines.bulk_retry.BulkRetry`'s, shared with Elasticsearch: tenacity);
 * 429 is retried by the helper alone (items and whole requests): what is still rejected after its
   ``max_retries`` stops the job (:class:`BulkWriteError`) instead of entering a second, nested retry
   loop (the two loops multiplied could hold one document for over an hour); every ``write`` also
@@ -25,12 +26,12 @@ rejected with 429 and exponential backoff). What it adds, because the helper doe
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..engines.base import BulkOutcome
+from ..engines.bulk_retry import BulkRetry, BulkWriteError, RequestFailed, int_status, is_retryable_status
 from ..errors import LsrError
 
 __all__ = ["BulkOutcome", "BulkWriteError", "BulkTargetError", "OpenSearchBulkWriter", "is_retryable_status"]
@@ -38,21 +39,8 @@ __all__ = ["BulkOutcome", "BulkWriteError", "BulkTargetError", "OpenSearchBulkWr
 logger = logging.getLogger(__name__)
 
 
-class BulkWriteError(LsrError, RuntimeError):
-    """The cluster kept refusing whole requests (unreachable, overloaded) after all retries."""
-
-
 class BulkTargetError(LsrError, ValueError):
     """The target index is missing or its field is not mapped for these documents (one sentence)."""
-
-
-def is_retryable_status(status: int | str | None) -> bool:
-    """429 (too many requests / rejected execution) and 5xx are worth retrying."""
-    try:
-        code = int(status)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return True  # "N/A": connection-level failure
-    return code == 429 or 500 <= code < 600
 
 
 class OpenSearchBulkWriter:
@@ -83,19 +71,18 @@ class OpenSearchBulkWriter:
         self.index = index
         self.chunk_size = chunk_size
         self.max_chunk_bytes = max_chunk_bytes
-        self.max_retries = max_retries
-        self.initial_backoff = initial_backoff
-        self.max_backoff = max_backoff
         self.refresh = refresh
         self.pipeline = pipeline
-        self.max_elapsed_s = float(max_elapsed_s)
-        self._sleep = sleep
-        self.retried_items = 0
-        self.retried_requests = 0
+        self.retry = BulkRetry(index, max_retries=max_retries, initial_backoff=initial_backoff,
+                               max_backoff=max_backoff, max_elapsed_s=float(max_elapsed_s), sleep=sleep)
 
-    def _backoff(self, attempt: int) -> float:
-        base = min(self.max_backoff, self.initial_backoff * (2 ** attempt))
-        return base * (0.5 + random.random() / 2)
+    @property
+    def retried_items(self) -> int:
+        return self.retry.retried_items
+
+    @property
+    def retried_requests(self) -> int:
+        return self.retry.retried_requests
 
     def _action(self, action: dict) -> dict:
         out = dict(action)
@@ -107,84 +94,62 @@ class OpenSearchBulkWriter:
         """Send ``actions`` (``{"_id", "_source"}`` dicts); one outcome per action, same order.
 
         Raises:
-            BulkWriteError: whole requests still failing after ``max_retries`` attempts.
+            BulkWriteError: whole requests still failing after ``max_retries`` attempts, or items still
+                rejected with 429 after ``streaming_bulk``'s own retries.
         """
+        return self.retry.run([self._action(a) for a in actions], self._send_round)
+
+    def _send_round(self, pending: list[dict], outcomes: dict[str, BulkOutcome],
+                    last_status: dict[str, tuple[int, Any]]) -> list[dict]:
+        """One ``streaming_bulk`` pass (see :data:`~opensearch_lsr.engines.bulk_retry.SendRound`)."""
         from opensearchpy import TransportError
         from opensearchpy.exceptions import ConnectionError as OSConnectionError
         from opensearchpy.helpers import streaming_bulk
 
-        pending = [self._action(a) for a in actions]
-        outcomes: dict[str, BulkOutcome] = {}
-        last_status: dict[str, tuple[int, object]] = {}
         params: dict[str, Any] = {"refresh": self.refresh}
         if self.pipeline is not None:
             params["pipeline"] = self.pipeline
-        deadline = time.monotonic() + self.max_elapsed_s
-        attempt = 0
-        while pending:
-            retry: list[dict] = []
-            throttled: list[str] = []
-            try:
-                results = streaming_bulk(
+        retry: list[dict] = []
+        throttled: list[str] = []
+        by_id = {str(a["_id"]): a for a in pending}
+        try:
+            seen = 0
+            request_error = None
+            for ok, item in streaming_bulk(
                     self.client, pending, chunk_size=self.chunk_size, max_chunk_bytes=self.max_chunk_bytes,
-                    raise_on_error=False, raise_on_exception=False, max_retries=self.max_retries,
-                    initial_backoff=self.initial_backoff, max_backoff=self.max_backoff, yield_ok=True,
-                    **params,
-                )
-                by_id = {str(a["_id"]): a for a in pending}
-                seen = 0
-                request_error = None
-                for ok, item in results:
-                    seen += 1
-                    op, info = next(iter(item.items()))
-                    did = str(info.get("_id"))
-                    status = info.get("status", 0)
-                    if ok:
-                        outcomes[did] = BulkOutcome(did, True, int(status))
-                    elif "exception" in info:
-                        # The whole _bulk request failed (streaming_bulk marks every action of the chunk
-                        # with the exception): not a document problem, so never a dead letter.
-                        request_error = info["exception"]
-                        retry.append(by_id[did])
-                    elif _int_status(status) == 429:
-                        throttled.append(did)  # streaming_bulk already retried it max_retries times
-                    elif is_retryable_status(status) and attempt < self.max_retries and did in by_id:
-                        last_status[did] = (_int_status(status), info.get("error") or info)
-                        retry.append(by_id[did])
-                    else:
-                        outcomes[did] = BulkOutcome(did, False, _int_status(status), info.get("error") or info)
-                if request_error is not None:
-                    raise request_error
-                if seen < len(pending):  # pragma: no cover - defensive: the helper yields one per action
-                    raise BulkWriteError(f"bulk response covered {seen} of {len(pending)} actions")
-                if throttled:
-                    raise BulkWriteError(
-                        f"the cluster still rejects {len(throttled)} document(s) with HTTP 429 after "
-                        f"{self.max_retries} retries (e.g. {throttled[0]}): it is overloaded; resume the job later")
-            except (TransportError, OSConnectionError) as err:
-                status = getattr(err, "status_code", None)
-                if (not is_retryable_status(status) or attempt >= self.max_retries or _int_status(status) == 429
-                        or time.monotonic() >= deadline):
-                    raise BulkWriteError(f"bulk request to index {self.index!r} failed: {err}") from err
-                self.retried_requests += 1
-                logger.warning("bulk request failed (%s); retrying in backoff", err)
-                retry = [a for a in pending if str(a["_id"]) not in outcomes]
-            if retry and time.monotonic() >= deadline:
-                raise BulkWriteError(f"bulk write to index {self.index!r} still failing for {len(retry)} document(s) "
-                                     f"after {self.max_elapsed_s:.0f}s of retries; resume the job later")
-            if retry:
-                if attempt >= self.max_retries:
-                    for a in retry:
-                        did = str(a["_id"])
-                        status, error = last_status.get(did, (0, None))
-                        outcomes.setdefault(did, BulkOutcome(did, False, status, {
-                            "reason": f"still failing after {self.max_retries} retries", "last_error": error}))
-                    break
-                self.retried_items += len(retry)
-                self._sleep(self._backoff(attempt))
-                attempt += 1
-            pending = retry
-        return [outcomes[str(a["_id"])] for a in actions]
+                    raise_on_error=False, raise_on_exception=False, max_retries=self.retry.max_retries,
+                    initial_backoff=self.retry.initial_backoff, max_backoff=self.retry.max_backoff, yield_ok=True,
+                    **params):
+                seen += 1
+                _op, info = next(iter(item.items()))
+                did = str(info.get("_id"))
+                status = info.get("status", 0)
+                if ok:
+                    outcomes[did] = BulkOutcome(did, True, int(status))
+                elif "exception" in info:
+                    # The whole _bulk request failed (streaming_bulk marks every action of the chunk
+                    # with the exception): not a document problem, so never a dead letter.
+                    request_error = info["exception"]
+                elif int_status(status) == 429:
+                    throttled.append(did)  # streaming_bulk already retried it max_retries times
+                elif is_retryable_status(status) and did in by_id:
+                    last_status[did] = (int_status(status), info.get("error") or info)
+                    retry.append(by_id[did])
+                else:
+                    outcomes[did] = BulkOutcome(did, False, int_status(status), info.get("error") or info)
+            if request_error is not None:
+                raise request_error
+        except (TransportError, OSConnectionError) as err:
+            status = getattr(err, "status_code", None)
+            # a whole-request 429 was already retried by streaming_bulk: not a second, nested loop
+            raise RequestFailed(err, is_retryable_status(status) and int_status(status) != 429) from err
+        if seen < len(pending):  # pragma: no cover - defensive: the helper yields one per action
+            raise BulkWriteError(f"bulk response covered {seen} of {len(pending)} actions")
+        if throttled:
+            raise BulkWriteError(
+                f"the cluster still rejects {len(throttled)} document(s) with HTTP 429 after "
+                f"{self.retry.max_retries} retries (e.g. {throttled[0]}): it is overloaded; resume the job later")
+        return retry
 
     def check_target(self, field: str, *, key_format: str = "word", long_text: str = "truncate") -> None:
         """Refuse, before loading, an index that cannot take these documents.
@@ -235,10 +200,3 @@ class OpenSearchBulkWriter:
 
     def count(self) -> int:
         return int(self.client.count(index=self.index)["count"])
-
-
-def _int_status(status) -> int:
-    try:
-        return int(status)
-    except (TypeError, ValueError):
-        return 0
