@@ -32,8 +32,8 @@ import scipy.sparse as sp
 
 from opensearch_lsr.evaluation.pipeline import EvalConfig, run_evaluation
 
-WEIGHT_GRID = [(0.1, 0.9), (0.2, 0.8), (0.3, 0.7), (0.4, 0.6), (0.5, 0.5)]
-RANK_CONSTANT_GRID = [10, 30, 60]
+WEIGHT_GRID = [(0.1, 0.9), (0.2, 0.8), (0.3, 0.7), (0.4, 0.6), (0.5, 0.5), (0.6, 0.4), (0.7, 0.3)]
+RANK_CONSTANT_GRID = [5, 10, 30, 60]
 
 
 def slug(name: str) -> str:
@@ -58,7 +58,7 @@ def evaluate(work: Path, name: str, model: str, mode: str, data: str, split: str
 def lexical(result: dict, prefix: str) -> dict | None:
     """The eval report's lexical row (nori BM25 or hybrid) whose name starts with ``prefix``."""
     for row in result.get("rows", []):
-        if row["system"].startswith(prefix):
+        if row["system"].startswith(prefix) and row["system"] != result["name"]:  # not the model's own row
             return {"name": row["system"], "metrics": row, "query_ms": row["query_ms"]}
     return None
 
