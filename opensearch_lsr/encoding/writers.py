@@ -1,7 +1,7 @@
 """Where encoded documents go: the local backend, NDJSON ``_bulk`` files, or OpenSearch.
 
 Every writer takes a list of bulk actions (``{"_id", "_source"}``) and returns one
-:class:`~opensearch_lsr.opensearch.bulk.BulkOutcome` per action; failed outcomes go to the
+:class:`~opensearch_lsr.engines.base.BulkOutcome` per action; failed outcomes go to the
 dead-letter file. ``state()`` is what a checkpoint must remember to resume without duplicates, and
 ``restore(state)`` rewinds to it (NDJSON files are truncated back to the checkpointed size; index
 backends need nothing because ``_id``\\ s are deterministic and re-indexing overwrites).
@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..opensearch.bulk import BulkOutcome
+from ..engines.base import BulkOutcome
+from ..engines.bulk_retry import ClusterDocumentWriter
 
 __all__ = ["DocumentWriter", "LocalIndexWriter", "NdjsonWriter"]
 
@@ -132,30 +133,8 @@ class NdjsonWriter:
         self._close_part()
 
 
-class OpenSearchWriter:
+class OpenSearchWriter(ClusterDocumentWriter):
     """Adapter: :class:`~opensearch_lsr.opensearch.bulk.OpenSearchBulkWriter` as a DocumentWriter."""
-
-    def __init__(self, bulk_writer) -> None:
-        self.bulk = bulk_writer
-
-    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
-        return self.bulk.write(actions)
-
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        return None
-
-    def count(self) -> int:
-        self.bulk.refresh_index()
-        return self.bulk.count()
-
-    def close(self) -> None:
-        try:
-            self.bulk.refresh_index()
-        except Exception:  # noqa: BLE001 - refresh is a courtesy at the end
-            pass
 
 
 __all__.append("OpenSearchWriter")

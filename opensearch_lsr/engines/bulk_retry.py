@@ -1,4 +1,4 @@
-"""The retry rounds of a bulk write, shared by the OpenSearch and Elasticsearch writers.
+"""The retry rounds of a bulk write and the writer around them, shared by OpenSearch and Elasticsearch.
 
 Each engine's writer sends one round with its client's ``helpers.streaming_bulk`` (chunking, and the
 helper's own retries) and sorts the answers; what is left to retry goes into another round here.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,8 @@ from typing import Any
 from ..errors import LsrError
 from .base import BulkOutcome
 
-__all__ = ["BulkWriteError", "RequestFailed", "BulkRetry", "SendRound", "is_retryable_status", "int_status"]
+__all__ = ["BulkWriteError", "RequestFailed", "BulkRetry", "SendRound", "RetryingBulkWriter", "ClusterDocumentWriter",
+           "is_retryable_status", "int_status"]
 
 logger = logging.getLogger(__name__)
 
@@ -161,3 +163,136 @@ class BulkRetry:
                 outcomes.setdefault(did, BulkOutcome(did, False, status, {
                     "reason": f"still failing after {self.max_retries} retries", "last_error": error}))
         return [outcomes[str(a["_id"])] for a in actions]
+
+
+class RetryingBulkWriter(ABC):
+    """A cluster's bulk writer: one target index, :class:`BulkRetry` rounds, per-item outcomes.
+
+    Subclasses send one round with their client's ``streaming_bulk`` (:meth:`_send_round`).
+
+    Args:
+        client: the engine's client.
+        index: the target index; OpenSearch and Elasticsearch refuse names that are not lowercase or
+            start with ``_``, ``-`` or ``+`` (``MetadataCreateIndexService.validateIndexOrAliasName``).
+        chunk_size / max_chunk_bytes: request size limits (``streaming_bulk``).
+        max_retries / initial_backoff / max_backoff / max_elapsed_s / sleep: see :class:`BulkRetry`.
+        refresh: ``refresh`` parameter of ``_bulk`` (``False`` for throughput; the job refreshes once at the end).
+        pipeline: ``pipeline`` parameter of ``_bulk``; ``"_none"`` (default) skips the index's default
+            ingest pipeline (precomputed vectors must not be re-encoded), ``None`` lets it run.
+    """
+
+    def __init__(self, client, index: str, *, chunk_size: int = 500, max_chunk_bytes: int = 10 * 1024 * 1024,
+                 max_retries: int = 8, initial_backoff: float = 1.0, max_backoff: float = 60.0,
+                 refresh: bool | str = False, sleep: Callable[[float], None] = time.sleep,
+                 pipeline: str | None = "_none", max_elapsed_s: float = 600.0) -> None:
+        if not index or index.startswith(("_", "-", "+")) or index != index.lower():
+            raise ValueError(f"invalid index name {index!r}: lowercase, not starting with _, - or +")
+        if chunk_size < 1 or max_retries < 0:
+            raise ValueError("chunk_size must be >= 1 and max_retries >= 0")
+        self.client = client
+        self.index = index
+        self.chunk_size = chunk_size
+        self.max_chunk_bytes = max_chunk_bytes
+        self.refresh = refresh
+        self.pipeline = pipeline
+        self.retry = BulkRetry(index, max_retries=max_retries, initial_backoff=initial_backoff,
+                               max_backoff=max_backoff, max_elapsed_s=float(max_elapsed_s), sleep=sleep)
+
+    @property
+    def retried_items(self) -> int:
+        return self.retry.retried_items
+
+    @property
+    def retried_requests(self) -> int:
+        return self.retry.retried_requests
+
+    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
+        """Send ``actions`` (``{"_id", "_source"}`` dicts) to the index; one outcome per action, same order.
+
+        Raises:
+            BulkWriteError: see :meth:`BulkRetry.run`.
+        """
+        pending = [dict(a, _index=a.get("_index", self.index), _op_type=a.get("_op_type", "index")) for a in actions]
+        return self.retry.run(pending, self._send_round)
+
+    @staticmethod
+    def sort_answers(answers, pending: list[dict], outcomes: dict[str, BulkOutcome],
+                     last_status: dict[str, tuple[int, Any]], throttling_is_final: bool = False
+                     ) -> tuple[list[dict], list[str]]:
+        """Sort ``streaming_bulk``'s ``(ok, {op: info})`` answers for one round.
+
+        Successes and errors retrying cannot fix (4xx) become outcomes; items with a retryable status go
+        back for another round (their status kept in ``last_status``); with ``throttling_is_final`` an
+        item still answered 429 (the helper has already retried it) is listed apart instead.
+
+        Returns:
+            ``(actions to retry, ids still throttled)``.
+
+        Raises:
+            the client's exception when the whole request failed (the helper marks every action of the
+            chunk with it: not a document problem, so never a dead letter).
+        """
+        by_id = {str(a["_id"]): a for a in pending}
+        retry: list[dict] = []
+        throttled: list[str] = []
+        request_error = None
+        seen = 0
+        for ok, item in answers:
+            seen += 1
+            _op, info = next(iter(item.items()))
+            did = str(info.get("_id"))
+            status = info.get("status", 0)
+            if ok:
+                outcomes[did] = BulkOutcome(did, True, int(status))
+            elif "exception" in info:
+                request_error = info["exception"]
+            elif throttling_is_final and int_status(status) == 429:
+                throttled.append(did)
+            elif is_retryable_status(status) and did in by_id:
+                last_status[did] = (int_status(status), info.get("error") or info)
+                retry.append(by_id[did])
+            else:
+                outcomes[did] = BulkOutcome(did, False, int_status(status), info.get("error") or info)
+        if request_error is not None:
+            raise request_error
+        if seen < len(pending):  # pragma: no cover - defensive: the helper yields one per action
+            raise BulkWriteError(f"bulk response covered {seen} of {len(pending)} actions")
+        return retry, throttled
+
+    @abstractmethod
+    def _send_round(self, pending: list[dict], outcomes: dict[str, BulkOutcome],
+                    last_status: dict[str, tuple[int, Any]]) -> list[dict]:
+        """One ``streaming_bulk`` pass (see :data:`SendRound`)."""
+
+    def refresh_index(self) -> None:
+        self.client.indices.refresh(index=self.index)
+
+    def count(self) -> int:
+        return int(self.client.count(index=self.index)["count"])
+
+
+class ClusterDocumentWriter:
+    """The index job's ``DocumentWriter`` over a cluster's bulk writer (ids are deterministic and
+    re-indexing overwrites, so a checkpoint needs no writer state)."""
+
+    def __init__(self, bulk_writer: RetryingBulkWriter) -> None:
+        self.bulk = bulk_writer
+
+    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
+        return self.bulk.write(actions)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        return None
+
+    def count(self) -> int:
+        self.bulk.refresh_index()
+        return self.bulk.count()
+
+    def close(self) -> None:
+        try:
+            self.bulk.refresh_index()
+        except Exception:  # noqa: BLE001 - a courtesy refresh at the end
+            logger.info("final refresh of %s failed", self.bulk.index)

@@ -26,12 +26,11 @@ rejected with 429 and exponential backoff). What it adds, because the helper doe
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Sequence
 from typing import Any
 
 from ..engines.base import BulkOutcome
-from ..engines.bulk_retry import BulkRetry, BulkWriteError, RequestFailed, int_status, is_retryable_status
+from ..engines.bulk_retry import (BulkWriteError, RequestFailed, RetryingBulkWriter, int_status,
+                                  is_retryable_status)
 from ..errors import LsrError
 
 __all__ = ["BulkOutcome", "BulkWriteError", "BulkTargetError", "OpenSearchBulkWriter", "is_retryable_status"]
@@ -43,61 +42,10 @@ class BulkTargetError(LsrError, ValueError):
     """The target index is missing or its field is not mapped for these documents (one sentence)."""
 
 
-class OpenSearchBulkWriter:
-    """Writes lists of bulk actions to one index and reports per-item outcomes.
-
-    Args:
-        client: an ``opensearchpy.OpenSearch`` client (``opensearch.client.client_from_options``).
-        index: the target index name.
-        chunk_size / max_chunk_bytes: request size limits (``streaming_bulk``).
-        max_retries: retries for 429/5xx items and failed requests.
-        initial_backoff / max_backoff: seconds; the wait doubles per attempt (with jitter).
-        refresh: ``refresh`` parameter of ``_bulk`` (``False`` for throughput; the job refreshes
-            once at the end).
-        pipeline: ``pipeline`` parameter of ``_bulk``; ``"_none"`` (default) skips the index's default
-            ingest pipeline, ``None`` lets it run (text-only documents encoded by the cluster).
-        max_elapsed_s: wall-clock budget of one :meth:`write`, checked between retry rounds.
-    """
-
-    def __init__(self, client, index: str, *, chunk_size: int = 500, max_chunk_bytes: int = 10 * 1024 * 1024,
-                 max_retries: int = 8, initial_backoff: float = 1.0, max_backoff: float = 60.0,
-                 refresh: bool | str = False, sleep=time.sleep, pipeline: str | None = "_none",
-                 max_elapsed_s: float = 600.0) -> None:
-        if not index or index.startswith(("_", "-", "+")) or index != index.lower():
-            raise ValueError(f"invalid index name {index!r}: lowercase, not starting with _, - or +")
-        if chunk_size < 1 or max_retries < 0:
-            raise ValueError("chunk_size must be >= 1 and max_retries >= 0")
-        self.client = client
-        self.index = index
-        self.chunk_size = chunk_size
-        self.max_chunk_bytes = max_chunk_bytes
-        self.refresh = refresh
-        self.pipeline = pipeline
-        self.retry = BulkRetry(index, max_retries=max_retries, initial_backoff=initial_backoff,
-                               max_backoff=max_backoff, max_elapsed_s=float(max_elapsed_s), sleep=sleep)
-
-    @property
-    def retried_items(self) -> int:
-        return self.retry.retried_items
-
-    @property
-    def retried_requests(self) -> int:
-        return self.retry.retried_requests
-
-    def _action(self, action: dict) -> dict:
-        out = dict(action)
-        out.setdefault("_index", self.index)
-        out.setdefault("_op_type", "index")
-        return out
-
-    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
-        """Send ``actions`` (``{"_id", "_source"}`` dicts); one outcome per action, same order.
-
-        Raises:
-            BulkWriteError: whole requests still failing after ``max_retries`` attempts, or items still
-                rejected with 429 after ``streaming_bulk``'s own retries.
-        """
-        return self.retry.run([self._action(a) for a in actions], self._send_round)
+class OpenSearchBulkWriter(RetryingBulkWriter):
+    """Writes lists of bulk actions to one index and reports per-item outcomes (arguments:
+    :class:`~opensearch_lsr.engines.bulk_retry.RetryingBulkWriter`; ``max_retries`` also bounds
+    ``streaming_bulk``'s own 429 retries)."""
 
     def _send_round(self, pending: list[dict], outcomes: dict[str, BulkOutcome],
                     last_status: dict[str, tuple[int, Any]]) -> list[dict]:
@@ -109,42 +57,17 @@ class OpenSearchBulkWriter:
         params: dict[str, Any] = {"refresh": self.refresh}
         if self.pipeline is not None:
             params["pipeline"] = self.pipeline
-        retry: list[dict] = []
-        throttled: list[str] = []
-        by_id = {str(a["_id"]): a for a in pending}
         try:
-            seen = 0
-            request_error = None
-            for ok, item in streaming_bulk(
-                    self.client, pending, chunk_size=self.chunk_size, max_chunk_bytes=self.max_chunk_bytes,
-                    raise_on_error=False, raise_on_exception=False, max_retries=self.retry.max_retries,
-                    initial_backoff=self.retry.initial_backoff, max_backoff=self.retry.max_backoff, yield_ok=True,
-                    **params):
-                seen += 1
-                _op, info = next(iter(item.items()))
-                did = str(info.get("_id"))
-                status = info.get("status", 0)
-                if ok:
-                    outcomes[did] = BulkOutcome(did, True, int(status))
-                elif "exception" in info:
-                    # The whole _bulk request failed (streaming_bulk marks every action of the chunk
-                    # with the exception): not a document problem, so never a dead letter.
-                    request_error = info["exception"]
-                elif int_status(status) == 429:
-                    throttled.append(did)  # streaming_bulk already retried it max_retries times
-                elif is_retryable_status(status) and did in by_id:
-                    last_status[did] = (int_status(status), info.get("error") or info)
-                    retry.append(by_id[did])
-                else:
-                    outcomes[did] = BulkOutcome(did, False, int_status(status), info.get("error") or info)
-            if request_error is not None:
-                raise request_error
+            retry, throttled = self.sort_answers(
+                streaming_bulk(self.client, pending, chunk_size=self.chunk_size, max_chunk_bytes=self.max_chunk_bytes,
+                               raise_on_error=False, raise_on_exception=False, max_retries=self.retry.max_retries,
+                               initial_backoff=self.retry.initial_backoff, max_backoff=self.retry.max_backoff,
+                               yield_ok=True, **params),
+                pending, outcomes, last_status, throttling_is_final=True)  # the helper retried 429s itself
         except (TransportError, OSConnectionError) as err:
             status = getattr(err, "status_code", None)
             # a whole-request 429 was already retried by streaming_bulk: not a second, nested loop
             raise RequestFailed(err, is_retryable_status(status) and int_status(status) != 429) from err
-        if seen < len(pending):  # pragma: no cover - defensive: the helper yields one per action
-            raise BulkWriteError(f"bulk response covered {seen} of {len(pending)} actions")
         if throttled:
             raise BulkWriteError(
                 f"the cluster still rejects {len(throttled)} document(s) with HTTP 429 after "
@@ -194,9 +117,3 @@ class OpenSearchBulkWriter:
             raise BulkTargetError(f"index {self.index} maps {field} as {prop.get('type', 'nothing')}, but these "
                                   f"documents need {want} ({key_format} keys): recreate it with {fix}, or pass the "
                                   f"field it has")
-
-    def refresh_index(self) -> None:
-        self.client.indices.refresh(index=self.index)
-
-    def count(self) -> int:
-        return int(self.client.count(index=self.index)["count"])
