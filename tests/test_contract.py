@@ -26,6 +26,24 @@ def test_limits_and_truncation():
     assert FLOAT_MIN_NORMAL == np.finfo(np.float32).tiny
 
 
+def test_cli_field_defaults_are_the_contract_defaults():
+    """The CLI states the field defaults as literals (the contract module pulls in numpy, which
+    ``lsr-os --help`` does not load); they must stay the contract's."""
+    import click
+
+    from opensearch_lsr.cli import cli
+    from opensearch_lsr.contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
+
+    want = {"text_field": DEFAULT_TEXT_FIELD, "vector_field": DEFAULT_VECTOR_FIELD, "sparse_field": DEFAULT_VECTOR_FIELD}
+    seen = []
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name in want:
+                seen.append(name)
+                assert param.default == want[param.name], f"lsr-os {name} --{param.name.replace('_', '-')}"
+    assert {"index", "search", "create-index", "create-pipeline"} <= set(seen)
+
+
 @pytest.fixture(scope="module")
 def colliding_model_dir(tiny_source_dir, tmp_path_factory):
     """The tiny source model with a Metaspace decoder and ``cats`` renamed ``▁cat``: ids of ``cat`` and

@@ -16,7 +16,6 @@ client (``pip install 'elasticsearch>=8.11,<9'``) against an 8.x cluster.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 from urllib.parse import urlparse
 
@@ -32,10 +31,9 @@ class EsConnectionError(LsrError, ValueError):
 
 def parse_es_version(text: str) -> tuple[int, int, int]:
     """``"8.15.0-SNAPSHOT"`` -> ``(8, 15, 0)``."""
-    match = re.match(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?", str(text))
-    if not match:
-        raise ValueError(f"not an Elasticsearch version number: {text!r}")
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+    from ..opensearch.client import parse_version
+
+    return parse_version(text, product="Elasticsearch")
 
 
 @dataclasses.dataclass(frozen=True)

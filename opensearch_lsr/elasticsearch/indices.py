@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
 from ..errors import LsrError
 from ..opensearch.indices import IndexSetupError, load_template, render
 from .client import EsFeatures
@@ -60,7 +61,7 @@ def index_options(features: EsFeatures, prune: bool, tokens_freq_ratio_threshold
     return out
 
 
-def index_body(features: EsFeatures, *, text_field: str = "text", sparse_field: str = "sparse_embedding",
+def index_body(features: EsFeatures, *, text_field: str = DEFAULT_TEXT_FIELD, sparse_field: str = DEFAULT_VECTOR_FIELD,
                text_analyzer: str = "auto", default_pipeline: str | None = None, replicas: int = 0,
                options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Render ``mappings/elasticsearch/sparse_vector.json`` for this cluster.
@@ -93,7 +94,8 @@ def index_body(features: EsFeatures, *, text_field: str = "text", sparse_field: 
         raise EsIndexError(str(err)) from err
 
 
-def pipeline_body(model_id: str, *, text_field: str = "text", sparse_field: str = "sparse_embedding") -> dict[str, Any]:
+def pipeline_body(model_id: str, *, text_field: str = DEFAULT_TEXT_FIELD,
+                  sparse_field: str = DEFAULT_VECTOR_FIELD) -> dict[str, Any]:
     """Render ``pipelines/elasticsearch/text_expansion.json``."""
     if not model_id:
         raise EsIndexError("the ingest pipeline needs the deployed model id")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ArtifactConfig, write_json
+from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
 from ..elasticsearch.query import query_vector_for, rrf_body, run_queries, search_body, sparse_vector_query
 
 __all__ = ["EsEvalConfig", "evaluate_es"]
@@ -34,8 +35,8 @@ class EsEvalConfig(ArtifactConfig):
     query_mode: str = "tokens"
     model: str | None = None
     inference_id: str | None = None
-    field: str = "sparse_embedding"
-    text_field: str = "text"
+    field: str = DEFAULT_VECTOR_FIELD
+    text_field: str = DEFAULT_TEXT_FIELD
     hybrid: bool = False
     rank_constant: int = 60
     k: int = 100

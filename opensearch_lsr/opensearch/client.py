@@ -93,11 +93,11 @@ def _quiet_transport_logging() -> None:
         log.addFilter(_QuietTransportLog())
 
 
-def parse_version(text: str) -> tuple[int, int, int]:
-    """``"3.3.0-SNAPSHOT"`` -> ``(3, 3, 0)``."""
+def parse_version(text: str, product: str = "OpenSearch") -> tuple[int, int, int]:
+    """``"3.3.0-SNAPSHOT"`` -> ``(3, 3, 0)`` (``product`` names the engine in the error)."""
     match = re.match(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?", str(text))
     if not match:
-        raise ValueError(f"not an OpenSearch version number: {text!r}")
+        raise ValueError(f"not an {product} version number: {text!r}")
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 

@@ -191,8 +191,8 @@ def resolve_text_analyzer(requested: str, features: ClusterFeatures) -> str:
 
 
 def index_body(kind: IndexKind, features: ClusterFeatures, *, text_analyzer: str = "auto",
-               ingest_pipeline: str | None = None, text_field: str = "text",
-               vector_field: str = "sparse_embedding", vocab_size: int | None = None,
+               ingest_pipeline: str | None = None, text_field: str = DEFAULT_TEXT_FIELD,
+               vector_field: str = DEFAULT_VECTOR_FIELD, vocab_size: int | None = None,
                seismic_parameters: dict[str, Any] | None = None, long_text: LongText = "truncate") -> dict[str, Any]:
     """Render ``mappings/<kind>.json`` for this cluster.
 
@@ -245,8 +245,8 @@ def index_body(kind: IndexKind, features: ClusterFeatures, *, text_analyzer: str
     return body
 
 
-def ingest_pipeline_body(model_id: str, features: ClusterFeatures, *, text_field: str = "text",
-                         vector_field: str = "sparse_embedding", prune_type: str | None = None,
+def ingest_pipeline_body(model_id: str, features: ClusterFeatures, *, text_field: str = DEFAULT_TEXT_FIELD,
+                         vector_field: str = DEFAULT_VECTOR_FIELD, prune_type: str | None = None,
                          prune_ratio: float | None = None, batch_size: int | None = None,
                          skip_existing: bool = False) -> dict[str, Any]:
     """Render ``pipelines/ingest_sparse_encoding.json`` and add the options the cluster supports."""
