@@ -150,6 +150,10 @@ def latency_pass(work: Path, args, models: dict, nori: dict | None, rows: list[d
     """Mean ms/query (query encoding + search) of every row through eval's own search path, timed in one pass."""
     n = args.latency_queries
     lat = work / f"latency-{n}"
+    if rows:  # untimed warm-up: the first `match` after opening an index loads or builds its text postings
+        model, mode = models[rows[0]["name"]]
+        evaluate(lat / "warm-up", rows[0]["name"], model, mode, args.data, max_queries=5,
+                 index=str(work / slug(rows[0]["name"]) / "index"), baseline="bm25-nori")
     for i, row in enumerate(rows):
         model, mode = models[row["name"]]
         index = str(work / slug(row["name"]) / "index")
