@@ -33,6 +33,7 @@ import scipy.sparse as sp
 
 from opensearch_lsr.evaluation.pipeline import EvalConfig, run_evaluation
 
+TITLE = "# Relevance against BM25 over nori (issue 12), full MS MARCO-ko dev\n\n"
 WEIGHT_GRID = [(0.1, 0.9), (0.2, 0.8), (0.3, 0.7), (0.4, 0.6), (0.5, 0.5), (0.6, 0.4), (0.7, 0.3)]
 RANK_CONSTANT_GRID = [5, 10, 30, 60]
 
@@ -214,8 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     teacher = teacher_row(args.data, args.teacher) if args.teacher else None
     table = render([nori] + rows + hybrids, teacher, argv or sys.argv[1:])
     print(table)
-    if args.md:
-        Path(args.md).write_text(table, encoding="utf-8")
+    if args.md:  # the table is regenerated; the written sections after it ("## ...") are kept
+        md = Path(args.md)
+        old = md.read_text(encoding="utf-8") if md.exists() else ""
+        kept = old[old.index("\n## "):] if "\n## " in old else ""
+        md.write_text(TITLE + table + kept, encoding="utf-8")
     return 0
 
 
