@@ -131,7 +131,9 @@ class AdaptResult:
 
 
 def read_adapt_corpus(path: str | Path) -> tuple[dict[str, str], list[str]]:
-    """Passages of a corpus file (id -> text) and the ``file:line: reason`` of every bad record."""
+    """Passages of a corpus file (id -> text) and the ``file:line: reason`` of every bad record; a passage
+    without an id gets the sha1 of its text, as ``lsr-os index`` gives it."""
+    from ..encoding.documents import doc_id_for
     from ..encoding.readers import BadRecord, read_corpus
 
     corpus: dict[str, str] = {}
@@ -141,7 +143,7 @@ def read_adapt_corpus(path: str | Path) -> tuple[dict[str, str], list[str]]:
             if item.reason != "blank_line":
                 bad.append(f"{item.source}: {item.reason}: {item.detail}")
             continue
-        doc_id = item.doc_id or f"sha1-{abs(hash(item.text))}"
+        doc_id = doc_id_for(item.doc_id, item.text)
         if doc_id in corpus:
             bad.append(f"{item.source}: duplicate id {doc_id!r} (first occurrence kept)")
             continue

@@ -81,9 +81,12 @@ def test_label_queries_keeps_consistent_queries_and_mines_non_positives(tmp_path
 
 def test_read_adapt_corpus_reports_bad_lines(tmp_path):
     path = tmp_path / "c.jsonl"
-    path.write_text('{"_id": "a", "text": "seoul"}\nnot json\n{"_id": "a", "text": "again"}\n', encoding="utf-8")
+    path.write_text('{"_id": "a", "text": "seoul"}\nnot json\n{"_id": "a", "text": "again"}\n{"text": "no id"}\n',
+                    encoding="utf-8")
     corpus, bad = read_adapt_corpus(path)
-    assert corpus == {"a": "seoul"}
+    import hashlib
+
+    assert corpus == {"a": "seoul", hashlib.sha1(b"no id").hexdigest(): "no id"}  # the id lsr-os index gives it
     assert len(bad) == 2 and bad[0].startswith("c.jsonl:2: malformed") and "duplicate id 'a'" in bad[1]
     empty = tmp_path / "e.jsonl"
     empty.write_text("not json\n", encoding="utf-8")
