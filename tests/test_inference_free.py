@@ -103,3 +103,16 @@ def test_transferred_idf_and_cli(tiny_source_dir, tmp_path):
     bad = runner.invoke(cli, ["inference-free", "--model", str(tiny_source_dir), "--out", str(tmp_path / "x"),
                               "--source-idf", str(tmp_path / "src_idf.json")])
     assert bad.exit_code != 0 and "not a transfer output" in bad.output and "Traceback" not in bad.output
+
+
+def test_query_tokens_for_a_doc_only_dir(tiny_source_dir, tmp_path):
+    """`lsr-os search --mode tokens|hybrid --model DIR` with a doc-only (Router) dir: the tokenizer lives in the
+    document Transformer's folder, not at the root; the tokens equal SPARSE_TOKENIZE's with the dir's idf.json."""
+    from opensearch_lsr.opensearch.query import query_tokens_for
+
+    idf = {"cat": 4.0, "house": 2.5, "the": 0.1}
+    out = tmp_path / "ifree"
+    model = build_inference_free(tiny_source_dir, out, idf=idf)
+    assert not (out / "tokenizer.json").exists()
+    text = "the cat in the house"
+    assert query_tokens_for(text, out) == tokenize_query(text, model.tokenizer, idf)

@@ -211,14 +211,17 @@ def query_tokens_for(text: str, model: str | os.PathLike, idf: Mapping[str, floa
             tok = Tokenizer.from_str(zf.read("tokenizer.json").decode("utf-8"))
             zidf = json.loads(zf.read("idf.json")) if "idf.json" in zf.namelist() else None
         return tokenize_query(text, djl_tokenizer(tok), idf if idf is not None else zidf, key_format)
-    from ..inference_free import is_inference_free
+    from ..inference_free import inference_free_parts, is_inference_free
 
-    if idf is None and is_inference_free(path) and (path / "idf.json").exists():
+    doc_only = is_inference_free(path)
+    if idf is None and doc_only and (path / "idf.json").exists():
         idf = json.loads((path / "idf.json").read_text(encoding="utf-8"))
     if idf is not None:
         from transformers import AutoTokenizer
 
-        return tokenize_query(text, AutoTokenizer.from_pretrained(str(path)), idf, key_format)
+        # a doc-only (Router) dir keeps its tokenizer in the document Transformer's folder, not at the root
+        tokenizer_dir = inference_free_parts(path)[0] if doc_only else path
+        return tokenize_query(text, AutoTokenizer.from_pretrained(str(tokenizer_dir)), idf, key_format)
     from ..encoding.keyed import SparseKeyedEncoder
 
     return cap_query_weights(SparseKeyedEncoder(str(path), key_format=key_format)(text))
