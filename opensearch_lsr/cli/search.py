@@ -169,7 +169,8 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
     click.echo(f"{total.get('value', len(resp['hits']['hits']))} hits ({resp.get('took', 0)} ms)")
     for rank, hit in enumerate(resp["hits"]["hits"], 1):
         src = hit.get("_source") or {}
-        text = next((v for v in src.values() if isinstance(v, str)), "")
+        text = src.get(text_field) if isinstance(src.get(text_field), str) else \
+            next((v for k, v in src.items() if isinstance(v, str) and v != hit["_id"]), "")
         click.echo(f"{rank:>3}. {hit['_score']:.4f}  {hit['_id']}  {text[:100]}")
         if explain:
             parts = explain_contributions(hit)

@@ -120,6 +120,10 @@ def test_cli_search_and_eval(beir_dir, tiny_source_dir, tmp_path):
                               "--model", str(tiny_source_dir), "--show-query", "--explain", "--size", "2"])
     assert res.exit_code == 0, res.output
     assert '"neural_sparse"' in res.output and "hits" in res.output and "=" in res.output
+    res = runner.invoke(cli, ["search", "--index", str(out / "index"), "seoul korea", "--mode", "tokens",
+                              "--model", str(tiny_source_dir), "--size", "1"])
+    _, _, doc_id, *text = res.output.splitlines()[1].split()
+    assert text and text[0] != doc_id  # the hit line shows the passage text, not its id field again
     res = runner.invoke(cli, ["search", "--index", str(out / "index"), "seoul", "--mode", "model",
                               "--model", str(tiny_source_dir), "--json"])
     assert res.exit_code == 0, res.output
