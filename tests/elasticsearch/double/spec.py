@@ -15,9 +15,10 @@ from __future__ import annotations
 import copy
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from openapi_support import ValidationResult, compile_routes, deref, find_shared_spec
 
 __all__ = ["EsSpecValidator", "EsValidationResult", "default_es_spec_path", "ALLOWED_DEVIATIONS"]
 
@@ -35,19 +36,10 @@ _CACHE: dict[str, "EsSpecValidator"] = {}
 
 
 def default_es_spec_path() -> Path | None:
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent.parent / "shared" / "spec" / "elasticsearch-serverless-openapi.json"
-        if cand.is_file():
-            return cand
-    return None
+    return find_shared_spec("elasticsearch-serverless-openapi.json", Path(__file__))
 
 
-@dataclass
-class EsValidationResult:
-    operation: str | None
-    errors: list[str] = field(default_factory=list)
-    deviations: list[str] = field(default_factory=list)
+EsValidationResult = ValidationResult
 
 
 def _fix_exactly_one(node: Any) -> Any:
@@ -81,27 +73,11 @@ class EsSpecValidator:
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = _fix_exactly_one(spec)
-        self._routes: list[tuple[re.Pattern, str, int]] = []
-        for template in self.spec["paths"]:
-            parts, literals = [], 0
-            for seg in template.strip("/").split("/"):
-                if seg.startswith("{") and seg.endswith("}"):
-                    parts.append(r"[^/]+")
-                else:
-                    literals += 1
-                    parts.append(re.escape(seg))
-            self._routes.append((re.compile("^/" + "/".join(parts) + "$") if template != "/" else re.compile("^/$"),
-                                 template, literals))
-        self._routes.sort(key=lambda r: -r[2])
+        self._routes = compile_routes(self.spec["paths"])
         self._validators: dict[str, Any] = {}
 
     def _deref(self, obj: Any) -> Any:
-        while isinstance(obj, dict) and "$ref" in obj:
-            node: Any = self.spec
-            for part in obj["$ref"].lstrip("#/").split("/"):
-                node = node[part]
-            obj = node
-        return obj
+        return deref(self.spec, obj)
 
     def resolve(self, method: str, path: str, body: Any = None) -> tuple[str, dict] | None:
         """The operation; for the per-service ``PUT _inference`` templates, the one named after ``service``."""

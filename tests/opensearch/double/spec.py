@@ -13,11 +13,11 @@ import copy
 import hashlib
 import json
 import pickle
-import re
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from openapi_support import ValidationResult, compile_routes, deref, find_shared_spec
 
 __all__ = ["SpecValidator", "ValidationResult", "default_spec_path", "ALLOWED_DEVIATIONS"]
 
@@ -41,19 +41,7 @@ def default_spec_path() -> Path | None:
     data = shared_data_dir()
     if data is not None and (data.parent / "spec" / "opensearch-openapi.yaml").is_file():
         return data.parent / "spec" / "opensearch-openapi.yaml"
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent.parent / "shared" / "spec" / "opensearch-openapi.yaml"
-        if cand.is_file():
-            return cand
-    return None
-
-
-@dataclass
-class ValidationResult:
-    operation: str | None
-    errors: list[str] = field(default_factory=list)
-    deviations: list[str] = field(default_factory=list)
+    return find_shared_spec("opensearch-openapi.yaml", Path(__file__))
 
 
 def _load_spec(path: Path) -> dict[str, Any]:
@@ -99,19 +87,7 @@ class SpecValidator:
         from referencing.jsonschema import DRAFT202012
 
         self.spec = spec
-        self._routes: list[tuple[re.Pattern, str, int]] = []
-        for template in spec["paths"]:
-            literals = 0
-            parts = []
-            for seg in template.strip("/").split("/"):
-                if seg.startswith("{") and seg.endswith("}"):
-                    parts.append(r"[^/]+")
-                else:
-                    literals += 1
-                    parts.append(re.escape(seg))
-            pattern = re.compile("^/" + "/".join(parts) + "$") if template != "/" else re.compile("^/$")
-            self._routes.append((pattern, template, literals))
-        self._routes.sort(key=lambda r: -r[2])
+        self._routes = compile_routes(spec["paths"])
         self._registry = Registry().with_resource(
             "urn:opensearch-spec", Resource.from_contents(spec, default_specification=DRAFT202012))
         self._validators: dict[str, Any] = {}
@@ -121,12 +97,7 @@ class SpecValidator:
 
     # -- resolution --------------------------------------------------------------------------
     def _deref(self, obj: Any) -> Any:
-        while isinstance(obj, dict) and "$ref" in obj:
-            node: Any = self.spec
-            for part in obj["$ref"].lstrip("#/").split("/"):
-                node = node[part.replace("~1", "/").replace("~0", "~")]
-            obj = node
-        return obj
+        return deref(self.spec, obj)
 
     def _iter_params(self, params: list) -> list[dict]:
         return [self._deref(p) for p in params or []]
