@@ -103,6 +103,8 @@ def entmax_mixing(
     block_size: int = 2048,
     score_mask: Callable[[slice], torch.Tensor | None] | None = None,
     progress: Callable[[int], None] | None = None,
+    value_rows: np.ndarray | None = None,
+    max_block_bytes: int = 256 << 20,
 ) -> MixingResult:
     """Compute ``P @ values`` with ``P = entmax_alpha(target @ source.T / T)`` in memory-bounded blocks.
 
@@ -116,6 +118,11 @@ def entmax_mixing(
         block_size: target rows per block (peak memory ~ block_size x n_s x 4 bytes).
         score_mask: optional ``rows -> additive [rows, n_s] mask`` (-inf forbids a pair).
         progress: called with the number of rows finished after each block.
+        value_rows: ``[n_s]`` row of ``values`` for each source vector, so ``values`` can be the whole
+            source matrix instead of a ``values[candidates]`` copy (XLM-R: 250k x 769 floats, 0.7 GB).
+        max_block_bytes: cap on the score block (``rows x n_s x 4`` bytes): fewer rows per block when
+            ``n_s`` is large (2048 x 250k candidates would be a 2 GB block). Rows are independent,
+            so the result does not depend on the block size.
     """
     if alpha < 1.0:
         raise ValueError(f"alpha must be >= 1 (1 = softmax, 2 = sparsemax), got {alpha}")
@@ -124,16 +131,21 @@ def entmax_mixing(
     t_all = torch.from_numpy(np.ascontiguousarray(target, dtype=np.float32))
     s_all = torch.from_numpy(np.ascontiguousarray(source, dtype=np.float32))
     values = np.ascontiguousarray(values, dtype=np.float32)
-    vals = torch.from_numpy(values)
     n_t, n_s = t_all.shape[0], s_all.shape[0]
+    if value_rows is not None and len(value_rows) != n_s:
+        raise ValueError(f"value_rows has {len(value_rows)} entries for {n_s} source vectors")
+    n_v = values.shape[0] if value_rows is not None else n_s
+    block_size = max(1, min(block_size, max_block_bytes // max(1, 4 * n_s)))
     k0 = max(1, min(top_k, n_s - 1)) if n_s > 1 else 1
-    mixed = np.empty((n_t, vals.shape[1]), dtype=np.float32)
+    mixed = np.empty((n_t, values.shape[1]), dtype=np.float32)
     rows_idx, cols_idx, data = [], [], []
     support = np.empty(n_t, dtype=np.int64)
     fallback = 0
     # one score buffer reused across blocks: a fresh block-sized tensor per block is mmap'ed and
     # page-faulted anew every time (measured ~20% of the init time on 2 cores)
     buffer = torch.empty(min(block_size, n_t), n_s)
+    # softmax mixes every candidate: it needs the candidate rows densely (the sparse path does not)
+    dense_vals = torch.from_numpy(values if value_rows is None else values[value_rows]) if alpha == 1.0 else None
     with torch.inference_mode():
         for start in range(0, n_t, block_size):
             rows = slice(start, min(start + block_size, n_t))
@@ -145,14 +157,15 @@ def entmax_mixing(
                     z.add_(mask)
             if alpha == 1.0:
                 p = torch.softmax(z / temperature, dim=-1)
-                mixed[rows] = (p @ vals).numpy()
+                mixed[rows] = (p @ dense_vals).numpy()
                 top_v, top_i = torch.topk(p, min(32, n_s), dim=-1)
                 _collect(rows.start, top_i, top_v, rows_idx, cols_idx, data)
                 support[rows] = n_s
             else:
                 r_idx, c_idx, p_val, n_fb = _sparse_entmax_block(z, alpha, k0, temperature)
                 fallback += n_fb
-                block = sp.csr_matrix((p_val, (r_idx, c_idx)), shape=(z.shape[0], n_s))
+                v_idx = c_idx if value_rows is None else value_rows[c_idx]
+                block = sp.csr_matrix((p_val, (r_idx, v_idx)), shape=(z.shape[0], n_v))
                 mixed[rows] = block @ values
                 support[rows] = np.diff(block.indptr)
                 rows_idx.append(r_idx.astype(np.int64) + rows.start)
@@ -188,12 +201,15 @@ def _sparse_entmax_block(
     fallback = None
     while pending.numel():
         zz = z if fallback is None else z[pending]  # no copy of the whole block on the first pass
-        if k >= n_s:  # full rows: the reference computation
-            p = entmax_rows(zz / temperature, alpha)
-            nz = torch.nonzero(p > 0)
-            r_parts.append(pending[nz[:, 0]])
-            c_parts.append(nz[:, 1])
-            v_parts.append(p[nz[:, 0], nz[:, 1]])
+        if k >= n_s:  # full rows: the reference computation, a few rows at a time (float64 bisection
+            # keeps several [rows, n_s] temporaries alive: bounded to ~64 MB each)
+            step = max(1, (64 << 20) // (8 * n_s))
+            for lo in range(0, len(pending), step):
+                p = entmax_rows(zz[lo:lo + step] / temperature, alpha)
+                nz = torch.nonzero(p > 0)
+                r_parts.append(pending[lo:lo + step][nz[:, 0]])
+                c_parts.append(nz[:, 1])
+                v_parts.append(p[nz[:, 0], nz[:, 1]])
             break
         top_v, top_i = torch.topk(zz, k + 1, dim=-1)  # sorted descending
         top_v = top_v / temperature

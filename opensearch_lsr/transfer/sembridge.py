@@ -128,7 +128,8 @@ def compute_sembridge_rows(
     timings: dict[str, float],
     bridge: Bridge | None = None,
 ) -> tuple[np.ndarray, sp.csr_matrix, dict]:
-    """Mix source rows ``[V_s, H+1]`` into rows for the target ids ``new_ids``.
+    """Mix source rows ``[V_s, C]`` (input embedding, untied decoder row, MLM bias) into rows for the
+    target ids ``new_ids``.
 
     ``bridge``: a ready bridge (anything with ``name`` and ``embed(texts, desc=)``) instead of ``config.bridge``.
     Returns the rows, the mixing weights as CSR ``[len(new_ids), V_s]`` and facts for the report.
@@ -148,7 +149,10 @@ def compute_sembridge_rows(
     cand = np.flatnonzero(mask)
     if cand.size == 0:
         raise TransferInputError("no source token is eligible as an alignment candidate")
-    t_vecs, s_vecs = prepare_space(target_vecs, source_vecs[cand], config.centering)
+    cand_vecs = source_vecs[cand]
+    del source_vecs  # 250k x 384 floats for XLM-R: keep one copy alive, not three
+    t_vecs, s_vecs = prepare_space(target_vecs, cand_vecs, config.centering)
+    del cand_vecs
     t_vecs = t_vecs[new_ids]
     # Tokens with the same surface ("집", "##집") have identical bridge vectors, hence identical
     # weights unless the continuation mask tells them apart: compute each distinct row once.
@@ -170,8 +174,9 @@ def compute_sembridge_rows(
 
     bar = tqdm(total=len(t_vecs), desc=f"entmax(alpha={config.alpha}) mixing", unit="tok", leave=False)
     result = entmax_mixing(
-        t_vecs, s_vecs, source_rows[cand], alpha=config.alpha, temperature=config.temperature,
+        t_vecs, s_vecs, source_rows, alpha=config.alpha, temperature=config.temperature,
         top_k=config.top_k, block_size=config.block_size, score_mask=score_mask, progress=bar.update,
+        value_rows=cand,
     )
     bar.close()
     mixed, weights_rows, sizes = result.mixed, result.weights, result.support_sizes
@@ -212,7 +217,11 @@ def sembridge_transfer(config: SemBridgeConfig, bridge: Bridge | None = None) ->
     emb = parts.input_embeddings.weight.detach().float().numpy()
     bias = (parts.output_bias.detach().float().numpy() if parts.output_bias is not None
             else np.zeros(emb.shape[0], np.float32))
-    source_rows = np.concatenate([emb, bias[:, None]], axis=1)  # [V_s, H+1]
+    hidden = emb.shape[1]
+    # an untied decoder has rows of its own: they are mixed with the same weights as the input rows
+    decoder = [] if parts.tied else [parts.output_layer.weight.detach().float().numpy()]
+    source_rows = np.concatenate([emb, *decoder, bias[:, None]], axis=1)  # [V_s, H (+H) + 1]
+    del emb, decoder
 
     overlap = find_overlap(source_tok, target_tok)
     v_t = len(target_tok)
@@ -259,14 +268,17 @@ def sembridge_transfer(config: SemBridgeConfig, bridge: Bridge | None = None) ->
         target_rows[single] = cand_rows.mean(axis=0)
         facts["single_char_mean_count"] = int(len(single))
 
+    v_s = source_rows.shape[0]
+    del source_rows
     swap_vocabulary(
         model, target_tok,
-        input_embeddings=torch.from_numpy(target_rows[:, :-1]),
+        input_embeddings=torch.from_numpy(target_rows[:, :hidden]),
         output_bias=torch.from_numpy(target_rows[:, -1]) if parts.output_bias is not None else None,
+        output_embeddings=None if parts.tied else torch.from_numpy(target_rows[:, hidden:2 * hidden]),
     )
     out = save_sparse_encoder(model, target_tok, config.out)
 
-    save_alignment(out, ov_t, ov_s, new_ids, weights_new, (v_t, source_rows.shape[0]))
+    save_alignment(out, ov_t, ov_s, new_ids, weights_new, (v_t, v_s))
     timings["total_s"] = time.perf_counter() - t_start
     config.save(out, extra={
         "method": "sembridge" if config.init == "sembridge" else f"baseline:{config.init}",

@@ -393,6 +393,9 @@ def vt_transfer(config: VTConfig) -> Path:
     bias = (parts.output_bias.detach().float().numpy() if parts.output_bias is not None
             else np.zeros(emb.shape[0], np.float32))
     v_s, v_t = emb.shape[0], len(target_tok)
+    hidden = emb.shape[1]
+    if not parts.tied:  # an untied decoder's rows are carried over and mixed like the input rows
+        emb = np.concatenate([emb, parts.output_layer.weight.detach().float().numpy()], axis=1)
 
     # APC reference rate of the untouched source model on the probe texts
     rng = random.Random(config.seed)
@@ -479,8 +482,10 @@ def vt_transfer(config: VTConfig) -> Path:
     facts["prior_source"] = prior_source
     timings["init_s"] = time.perf_counter() - t0
 
-    swap_vocabulary(model, target_tok, input_embeddings=torch.from_numpy(target_emb),
-                    output_bias=torch.from_numpy(target_bias) if parts.output_bias is not None else None)
+    swap_vocabulary(model, target_tok, input_embeddings=torch.from_numpy(target_emb[:, :hidden]),
+                    output_bias=torch.from_numpy(target_bias) if parts.output_bias is not None else None,
+                    output_embeddings=None if parts.tied else torch.from_numpy(target_emb[:, hidden:]))
+    del emb, target_emb
 
     # step 3a: MLM adaptation with the body frozen
     out = Path(config.out)
