@@ -35,8 +35,9 @@ from .errors import LocalIndexError
 from .mappings import validate_document, validate_mappings
 from .models import load_analyzer, load_query_encoder
 from .query_evaluator import QueryEncoder, QueryEvaluator
-from .storage import (FORMAT_VERSION, MANIFEST, Segment, build_segment, read_manifest, read_segment, write_lock,
-                      write_manifest, write_segment)
+from .merge import merge_segments, plan_merge
+from .storage import (FORMAT_VERSION, MANIFEST, SegmentReader, build_segment, live_among, live_masks, read_manifest,
+                      remove_segment, upgrade_format_1, write_lock, write_manifest, write_segment)
 from .view import LiveView, filter_source, top_order
 
 __all__ = ["LocalIndex", "LocalIndexError", "TRACK_TOTAL_HITS"]
@@ -45,7 +46,6 @@ logger = logging.getLogger(__name__)
 
 #: ``track_total_hits`` default: totals are exact up to this many hits, then "gte".
 TRACK_TOTAL_HITS = 10_000
-_MERGE_AT = 32  # merge all segments into one once there are more than this many
 
 
 class LocalIndex:
@@ -64,7 +64,7 @@ class LocalIndex:
         self._view_key: tuple[str, ...] = ()
         self._encoders: dict[str, QueryEncoder] = {}
         self._analyzers: dict[str, QueryEncoder] = {}
-        self._ids_cache: tuple[tuple[str, ...], set[str]] | None = None
+        self._readers: dict[str, SegmentReader] = {}
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -98,6 +98,8 @@ class LocalIndex:
             raise LocalIndexError(f"no such index [{root.name}] (no {MANIFEST} in {root})",
                                   "index_not_found_exception", 404)
         manifest = read_manifest(root)
+        if manifest.get("format") == 1:
+            manifest = upgrade_format_1(root)
         if manifest.get("format") != FORMAT_VERSION:
             raise LocalIndexError(f"index [{root.name}] has unsupported format {manifest.get('format')!r}")
         return cls(root, manifest)
@@ -227,7 +229,8 @@ class LocalIndex:
             self._reload_manifest()
             manifest = json.loads(json.dumps(self._manifest))
             props = manifest["mappings"]["properties"]
-            existing = None
+            existing = self._existing([str(a["_id"]) for a in actions
+                                       if isinstance(a, dict) and a.get("_id") is not None])
             final: dict[str, tuple[str, dict | None]] = {}
             auto_id = 0
             for action in actions:
@@ -255,8 +258,6 @@ class LocalIndex:
                     auto_id += 1
                 did = str(did)
                 if op == "delete":
-                    if existing is None:
-                        existing = self._live_ids()
                     found = (did in final and final[did][0] == "index") or (did not in final and did in existing)
                     final[did] = ("delete", None)
                     items.append({"delete": {"_index": self.name, "_id": did, "status": 200 if found else 404,
@@ -266,8 +267,6 @@ class LocalIndex:
                 if source is None:
                     source = {k: v for k, v in action.items() if not k.startswith("_")}
                 if op == "create":
-                    if existing is None:
-                        existing = self._live_ids()
                     if (did in final and final[did][0] == "index") or (did not in final and did in existing):
                         items.append({"create": {"_index": self.name, "_id": did, "status": 409, "error": {
                             "type": "version_conflict_engine_exception",
@@ -279,26 +278,19 @@ class LocalIndex:
                     items.append({op: {"_index": self.name, "_id": did, "status": err.status,
                                        "error": {"type": err.error_type, "reason": err.reason}}})
                     continue
-                if existing is None:
-                    existing = self._live_ids()
                 updated = (did in final and final[did][0] == "index") or (did not in final and did in existing)
                 final[did] = ("index", doc)
                 items.append({op: {"_index": self.name, "_id": did, "status": 200 if updated else 201,
                                    "result": "updated" if updated else "created"}})
             if final:
                 seg = build_segment(final, props)
-                name = f"seg-{manifest['next_segment']:06d}.npz"
+                name = f"seg-{manifest['next_segment']:06d}"
                 write_segment(self.path / name, seg)
+                del seg
                 manifest["next_segment"] += 1
                 manifest["segments"].append(name)
-                live = set(existing) if existing is not None else None
                 self._commit_manifest(manifest)
-                if live is not None:
-                    for did, (op, _doc) in final.items():
-                        (live.add if op == "index" else live.discard)(did)
-                    self._ids_cache = (tuple(manifest["segments"]), live)
-                if len(manifest["segments"]) > _MERGE_AT:
-                    self._merge_locked()
+                self._merge_policy_locked()
         took = int((time.perf_counter() - t0) * 1000)
         errors = any("error" in next(iter(it.values())) for it in items)
         return {"took": took, "errors": errors, "items": items}
@@ -313,35 +305,52 @@ class LocalIndex:
     def delete(self, doc_id: str) -> dict:
         return self.bulk([{"_op_type": "delete", "_id": doc_id}])["items"][0]["delete"]
 
-    def _live_ids(self) -> set[str]:
-        # cached per manifest state so a stream of bulks does not re-read every segment each time
-        key = tuple(self._manifest["segments"])
-        if self._ids_cache is None or self._ids_cache[0] != key:
-            self._ids_cache = (key, set(self._get_view().row_of))
-        return self._ids_cache[1]
+    def _reader(self, name: str) -> SegmentReader:
+        seg = self._readers.get(name)
+        if seg is None:
+            seg = self._readers[name] = SegmentReader(self.path / name)
+        return seg
+
+    def _existing(self, ids: list[str]) -> set[str]:
+        """Which of ``ids`` are live now (the segments' sorted id hashes; no view is built)."""
+        return live_among([self._reader(n) for n in self._manifest["segments"]], ids)
 
     def force_merge(self) -> None:
         """Rewrite all live documents into one segment (``POST <index>/_forcemerge``)."""
         with write_lock(self.path):
             self._reload_manifest()
-            self._merge_locked()
+            if len(self._manifest["segments"]) > 1:
+                self._merge_tail_locked(0)
 
-    def _merge_locked(self) -> None:
+    def _merge_policy_locked(self) -> None:
+        while True:
+            names = self._manifest["segments"]
+            start = plan_merge([self._reader(n).n_docs for n in names])
+            if start is None:
+                return
+            self._merge_tail_locked(start)
+
+    def _merge_tail_locked(self, start: int) -> None:
+        """Merge the segments from ``start`` to the newest into one (streamed: :mod:`.merge`)."""
         manifest = json.loads(json.dumps(self._manifest))
-        if len(manifest["segments"]) <= 1:
-            return
-        view = LiveView([read_segment(self.path / s) for s in manifest["segments"]], self.vector_fields)
-        fields = {f: (view.raw[f], view.terms[f]) for f in view.raw}
-        seg = Segment("", list(view.ids), [], list(view.sources), fields)
-        name = f"seg-{manifest['next_segment']:06d}.npz"
-        write_segment(self.path / name, seg)
-        old = manifest["segments"]
-        manifest["segments"] = [name]
+        names = manifest["segments"]
+        readers = [self._reader(n) for n in names[start:]]
+        masks = live_masks(readers)
+        carry: list[str] = []
+        if start > 0:  # deletions that hide documents of older segments must survive the merge
+            deleted = [d for r in readers for d in r.deleted_ids()]
+            live = live_among(readers, deleted)
+            carry = [d for d in dict.fromkeys(deleted) if d not in live]
+        name = f"seg-{manifest['next_segment']:06d}"
+        merge_segments(readers, masks, carry, self.path / name)
+        manifest["segments"] = names[:start] + [name]
         manifest["next_segment"] += 1
         self._commit_manifest(manifest)
-        for s in old:
-            with contextlib.suppress(OSError):
-                os.remove(self.path / s)
+        for old in names[start:]:
+            seg = self._readers.pop(old, None)
+            if seg is not None:
+                seg.close()
+            remove_segment(self.path / old)
 
     def refresh(self) -> None:
         """Re-read the manifest and rebuild the searchable view (``POST <index>/_refresh``)."""
@@ -353,18 +362,20 @@ class LocalIndex:
         if self._view is None or self._view_key != tuple(self._manifest["segments"]):
             self._view_key = tuple(self._manifest["segments"])
             self._cleanup_orphans()
-            segs = [read_segment(self.path / s) for s in self._manifest["segments"]]
-            self._view = LiveView(segs, self.vector_fields)
+            names = self._manifest["segments"]
+            for stale in set(self._readers) - set(names):
+                self._readers.pop(stale).close()
+            self._view = LiveView([self._reader(n) for n in names], self.vector_fields)
         return self._view
 
     def _cleanup_orphans(self) -> None:
         live = set(self._manifest["segments"])
-        for p in self.path.glob("seg-*.npz*"):
+        for p in self.path.glob("seg-*"):
             if p.name not in live:
                 with contextlib.suppress(OSError):
                     # only files older than a minute: a concurrent writer may be about to commit
                     if time.time() - p.stat().st_mtime > 60:
-                        os.remove(p)
+                        remove_segment(p)
 
     def count(self) -> int:
         """Number of live documents."""
@@ -377,10 +388,12 @@ class LocalIndex:
         return None if row is None else view.full_source(row)
 
     def doc_matrix(self, field: str, truncated: bool = True) -> tuple[sp.csr_matrix, list[str], list[str]]:
-        """``(docs [N, V] CSR, doc ids, feature names)`` of a ``rank_features`` field."""
+        """``(docs [N, V] CSR, doc ids, feature names)`` of a ``rank_features`` field (the whole field in
+        memory: for evaluation-sized indices)."""
         view = self._get_view()
         self.check_vector_field(field)
-        mat = view.by_feature[field].T.tocsr() if truncated else view.raw[field]
+        mat = (view.feature_matrix(field, np.arange(len(view.terms[field]))).T.tocsr() if truncated
+               else view.raw_matrix(field))
         return mat, list(view.ids), list(view.terms[field])
 
     # ---- searching ----------------------------------------------------------------------------
@@ -533,12 +546,14 @@ class LocalIndex:
         vocab = view.vocab[field]
         cols = np.array([vocab.get(t, -1) for t in query_terms], dtype=np.int64)
         keep = np.flatnonzero(cols >= 0)
-        q = queries.tocsc()[:, keep].astype(np.float32).astype(np.float64)
-        dt = view.by_feature[field][cols[keep]].astype(np.float64)  # [kept terms, N]
+        q = queries.tocsc()[:, keep].astype(np.float32).astype(np.float64).tocsr()
         top_rows: list[list[int]] = []
         top_scores: list[list[float]] = []
         for start in range(0, q.shape[0], block):
-            s = (q[start:start + block].tocsr() @ dt).toarray().astype(np.float32)
+            qb = q[start:start + block]
+            used = np.flatnonzero(np.diff(qb.tocsc().indptr) > 0)  # only this block's terms are read
+            dt = view.feature_matrix(field, cols[keep][used]).astype(np.float64)  # [terms, N]
+            s = (qb[:, used] @ dt).toarray().astype(np.float32)
             for row in s:
                 matched = np.flatnonzero(row > 0)
                 sub = row[matched]

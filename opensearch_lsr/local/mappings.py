@@ -60,6 +60,8 @@ def validate_document(did: str, source: Any, props: dict) -> dict:
                 f"failed to parse field [{field}] of type [rank_features] in document with id '{did}'. "
                 "Preview of field's value: '" + str(value)[:64] + "'", "mapper_parsing_exception")
         positive = spec.get("positive_score_impact", True)
+        if _all_valid(value, positive):
+            continue
         for key, weight in value.items():
             if not isinstance(key, str) or key == "":
                 raise LocalIndexError(
@@ -86,3 +88,19 @@ def validate_document(did: str, source: Any, props: dict) -> dict:
                     f"{field} which is less than the minimum positive normal float: {FLOAT_MIN_NORMAL}",
                     "mapper_parsing_exception")
     return source
+
+
+def _all_valid(value: dict, positive: bool) -> bool:
+    """Vectorised check of a token->weight map (the common case at bulk scale); ``False`` sends the
+    caller to the per-feature loop that names the first bad feature with OpenSearch's message."""
+    weights = list(value.values())
+    if set(map(type, value)) != {str} or "" in value or not set(map(type, weights)) <= {float, int}:
+        return False
+    try:
+        w = np.asarray(weights, dtype=np.float32)
+    except (OverflowError, ValueError):
+        return False
+    if not positive:
+        with np.errstate(divide="ignore", over="ignore"):
+            w = np.where(w != 0, (1.0 / w.astype(np.float64)).astype(np.float32), w)
+    return bool(np.all(np.isfinite(w) & (w >= FLOAT_MIN_NORMAL)))

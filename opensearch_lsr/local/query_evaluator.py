@@ -123,7 +123,7 @@ class QueryEvaluator:
             value = doc
             for part in field.split("."):
                 value = value.get(part) if isinstance(value, dict) else None
-            if value is None and field in self.view.raw:
+            if value is None and field in self.view.vector_fields:
                 value = self.view.full_source(row).get(field)
             yield row, (value if isinstance(value, list) else [value])
 
@@ -191,8 +191,8 @@ class QueryEvaluator:
         field = spec.get("field") if isinstance(spec, dict) else None
         if not field:
             raise LocalIndexError("[exists] must be provided with a [field]", "parsing_exception")
-        if field in self.view.raw:
-            mask = np.diff(self.view.raw[field].indptr) > 0
+        if field in self.view.vector_fields:
+            mask = self.view.exists(field)
         else:
             mask = np.array([any(v is not None for v in vals) for _, vals in self._values(field)], bool)
         boost = float(spec.get("boost", 1.0))
@@ -301,9 +301,7 @@ class QueryEvaluator:
                 ws.append(w)
         if not cols:
             return np.zeros(self.n, bool), np.zeros(self.n, np.float64)
-        sub = self.view.by_feature[field][cols]  # [t, N] truncated doc weights
-        score = np.asarray(sub.T.astype(np.float64) @ np.asarray(ws, np.float64)).ravel()
-        match = np.diff(sub.tocsc().indptr) > 0
+        match, score = self.view.score_terms(field, cols, ws)  # stored 9-bit doc weights
         return match, score * boost
 
     # sparse_vector (Elasticsearch's query, H-es / issue 14) ---------------------------------------
@@ -337,15 +335,10 @@ class QueryEvaluator:
         details = []
         for field, q, boost in self.sparse_clauses:
             vocab = self.view.vocab[field]
-            mat = self.view.by_feature[field]
             for tok, w in q.items():
                 j = vocab.get(tok)
-                if j is None:
-                    continue
-                start, end = mat.indptr[j], mat.indptr[j + 1]
-                pos = np.searchsorted(mat.indices[start:end], row)
-                if pos < end - start and mat.indices[start + pos] == row:
-                    d = float(mat.data[start + pos])
+                d = None if j is None else self.view.stored_value(field, j, row)
+                if d is not None:
                     details.append({
                         "value": float(np.float32(w * d * boost)),
                         "description": f"Linear function on the {field} field for the {tok} feature, computed as "

@@ -1,0 +1,349 @@
+"""How the embedded local index grows: index time, query latency and memory at 200k, 1M, 5M documents.
+
+Documents are synthetic sparse vectors indexed through the real public path (``LocalIndex.bulk``,
+the call ``LocalEngine.bulk`` / ``lsr-os index --backend local`` make), queried through
+``LocalIndex.search`` with ``neural_sparse`` ``query_tokens`` bodies. Every phase is a separate,
+resumable process so that each holds the shared heavy-job lock for less than ~15 minutes and so
+that its peak resident memory (``VmHWM``) is its own::
+
+    # build (resumable: re-run the same command until it prints "done"), merge, query, report
+    python benchmarks/local_scale.py build --docs 1000000 --index runs/local_scale/idx-1m --max-minutes 14
+    python benchmarks/local_scale.py merge --index runs/local_scale/idx-1m
+    python benchmarks/local_scale.py query --index runs/local_scale/idx-1m --queries 300
+    python benchmarks/local_scale.py report --runs runs/local_scale --out benchmarks/results/scale/local.md
+    # how realistic the synthetic vectors are: their statistics next to SPLADE-tiny's on MS MARCO passages
+    python benchmarks/local_scale.py stats --passages 2000
+
+The synthetic distribution (:func:`synthetic_batch`): term ids drawn with replacement from a Zipf law
+(``p(rank r) ~ r^-s``) over a 30,522-term vocabulary (BERT uncased, what SPLADE models use) until a
+log-normal number of distinct terms (median ~150) is reached; weights log-normal. ``stats`` prints
+the same statistics (active terms per document, document frequency of the most frequent terms,
+weight quantiles) for the synthetic vectors and for a real SPLADE model's document vectors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = 30_522
+FIELD = "sparse_embedding"
+
+
+# ---- synthetic vectors ----------------------------------------------------------------------------
+
+def _zipf_cdf(vocab: int, s: float) -> np.ndarray:
+    p = 1.0 / np.arange(1, vocab + 1, dtype=np.float64) ** s
+    return np.cumsum(p / p.sum())
+
+
+def synthetic_batch(seed: int, n: int, *, vocab: int = VOCAB, zipf_s: float = 0.7, median_terms: float = 150.0,
+                    sigma_terms: float = 0.25, w_mu: float = -0.7, w_sigma: float = 1.0,
+                    min_terms: int = 1, max_terms: int = 400) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n`` sparse vectors ``(term ids, float32 weights)``, deterministic in ``seed``.
+
+    Term ranks are permuted by a fixed random map so that frequent terms are spread over the id
+    space (as in a real vocabulary), drawn with replacement from Zipf(``zipf_s``) and de-duplicated.
+    """
+    rng = np.random.default_rng(seed)
+    cdf = _zipf_cdf(vocab, zipf_s)
+    perm = np.random.default_rng(12345).permutation(vocab)
+    want = np.clip(np.rint(rng.lognormal(np.log(median_terms), sigma_terms, n)), min_terms, max_terms).astype(int)
+    out = []
+    for k in want:
+        got = np.zeros(0, dtype=np.int64)
+        draw = int(k * 1.5) + 8
+        while len(got) < k:
+            ranks = np.searchsorted(cdf, rng.random(draw))
+            ranks = ranks[ranks < vocab]
+            got = np.unique(np.concatenate([got, ranks]))
+            draw *= 2
+        sel = rng.permutation(got)[:k]
+        ids = perm[sel]
+        w = rng.lognormal(w_mu, w_sigma, len(ids)).astype(np.float32)
+        out.append((ids, np.clip(w, 1e-3, 3.0)))
+    return out
+
+
+def token_names(vocab: int = VOCAB) -> list[str]:
+    """Feature names of the synthetic vocabulary."""
+    return [f"t{i}" for i in range(vocab)]
+
+
+def doc_actions(start: int, vecs: list[tuple[np.ndarray, np.ndarray]], names: list[str]) -> list[dict]:
+    """Bulk actions as the indexing job makes them: ``_id``, text, token->weight map."""
+    acts = []
+    for i, (ids, w) in enumerate(vecs):
+        did = f"doc-{start + i:08d}"
+        acts.append({"_id": did, "_source": {"text": f"passage {start + i}",
+                                             FIELD: dict(zip([names[j] for j in ids.tolist()], w.tolist()))}})
+    return acts
+
+
+# ---- memory ------------------------------------------------------------------------------------------
+
+def proc_status() -> dict[str, int]:
+    """``VmRSS``, ``VmHWM``, ``RssAnon``, ``RssFile`` of this process in bytes (Linux)."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def du(path: Path) -> int:
+    """Bytes of all files under ``path``."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def machine() -> str:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    mem = next((int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.startswith("MemTotal")), 0)
+    return f"{platform.node()}: nproc {os.cpu_count()}, {cpu}, {mem / 2**20:.1f} GiB RAM"
+
+
+# ---- phases --------------------------------------------------------------------------------------------
+
+def _state_path(index: Path, phase: str) -> Path:
+    return index.with_name(index.name + f".{phase}.json")
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def build(args: argparse.Namespace) -> None:
+    """Index ``--docs`` synthetic documents in ``--batch`` bulks; resumes where the last run stopped."""
+    from opensearch_lsr.engines.local import LocalEngine
+
+    index = Path(args.index)
+    index.parent.mkdir(parents=True, exist_ok=True)
+    state_file = _state_path(index, "build")
+    state = _load(state_file)
+    eng = LocalEngine(index.parent)
+    if not state:
+        eng.create_index(index.name, exist_ok=False)
+        state = {"docs_target": args.docs, "batch": args.batch, "done": 0, "bulk_s": 0.0, "gen_s": 0.0,
+                 "runs": [], "command": " ".join(sys.argv)}
+    names = token_names()
+    t_start = time.perf_counter()
+    run = {"start_done": state["done"], "peak_rss": 0, "peak_anon": 0}
+    while state["done"] < state["docs_target"]:
+        if time.perf_counter() - t_start > args.max_minutes * 60:
+            break
+        start = state["done"]
+        n = min(state["batch"], state["docs_target"] - start)
+        t0 = time.perf_counter()
+        acts = doc_actions(start, synthetic_batch(args.seed * 1_000_003 + start // state["batch"], n), names)
+        t1 = time.perf_counter()
+        outcomes = eng.bulk(index.name, acts)  # LocalEngine.bulk -> LocalIndex.bulk, as lsr-os index does
+        t2 = time.perf_counter()
+        bad = [o for o in outcomes if not o.ok]
+        if bad:
+            raise SystemExit(f"bulk errors at {start}: {bad[:3]}")
+        state["done"] = start + n
+        state["gen_s"] += t1 - t0
+        state["bulk_s"] += t2 - t1
+        st = proc_status()
+        run["peak_rss"] = max(run["peak_rss"], st["VmHWM"])
+        run["peak_anon"] = max(run["peak_anon"], st["RssAnon"])
+        if (state["done"] // n) % 20 == 0 or state["done"] == state["docs_target"]:
+            _save(state_file, state)
+            print(f"{state['done']:>9} docs  bulk {state['bulk_s']:.0f}s  rss {st['VmRSS'] / 2**20:.0f} MiB "
+                  f"anon {st['RssAnon'] / 2**20:.0f} MiB  hwm {st['VmHWM'] / 2**20:.0f} MiB", flush=True)
+    run["end_done"] = state["done"]
+    run["peak_rss"] = max(run["peak_rss"], proc_status()["VmHWM"])
+    state["runs"].append(run)
+    _save(state_file, state)
+    print("done" if state["done"] >= state["docs_target"] else f"stopped at {state['done']} (re-run to resume)")
+
+
+def merge(args: argparse.Namespace) -> None:
+    """Force-merge the index into one segment; time and peak memory."""
+    from opensearch_lsr.local.index import LocalIndex
+
+    index = Path(args.index)
+    idx = LocalIndex.open(index)
+    before = len(idx._manifest["segments"])
+    t0 = time.perf_counter()
+    idx.force_merge()
+    took = time.perf_counter() - t0
+    st = proc_status()
+    out = {"segments_before": before, "merge_s": took, "peak_rss": st["VmHWM"], "peak_anon": st["RssAnon"],
+           "disk": du(index), "command": " ".join(sys.argv)}
+    _save(_state_path(index, "merge"), out)
+    print(json.dumps(out))
+
+
+def query(args: argparse.Namespace) -> None:
+    """``--queries`` neural_sparse searches (size 10) after ``--warmup`` ones; p50/p95 and steady RSS."""
+    from opensearch_lsr.local.index import LocalIndex
+
+    index = Path(args.index)
+    names = token_names()
+    t0 = time.perf_counter()
+    idx = LocalIndex.open(index)
+    n = idx.count()
+    open_s = time.perf_counter() - t0
+    rng = np.random.default_rng(args.seed + 7)
+    nq = args.queries + args.warmup
+    lens = rng.integers(10, 31, nq)
+    qvecs = [synthetic_batch(args.seed + 100 + i, 1, median_terms=float(k), sigma_terms=0.0)[0]
+             for i, k in enumerate(lens)]
+    lat = []
+    hits_total = []
+    for i, (ids, w) in enumerate(qvecs):
+        body = {"query": {"neural_sparse": {FIELD: {"query_tokens": dict(zip([names[j] for j in ids.tolist()],
+                                                                              w.tolist()))}}}, "size": 10,
+                "_source": False}
+        t = time.perf_counter()
+        resp = idx.search(body)
+        dt = time.perf_counter() - t
+        if i >= args.warmup:
+            lat.append(dt * 1000)
+            hits_total.append(resp["hits"]["total"]["value"])
+    st = proc_status()
+    out = {"docs": n, "segments": len(idx._manifest["segments"]), "open_s": open_s, "queries": len(lat),
+           "p50_ms": float(np.percentile(lat, 50)), "p95_ms": float(np.percentile(lat, 95)),
+           "mean_ms": float(np.mean(lat)), "mean_matched": float(np.mean(hits_total)),
+           "rss_query": st["VmRSS"], "anon_query": st["RssAnon"], "peak_rss_query": st["VmHWM"],
+           "disk": du(index), "command": " ".join(sys.argv)}
+    _save(_state_path(index, "query" + (f"-{args.tag}" if args.tag else "")), out)
+    print(json.dumps(out))
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.2f}"
+
+
+def report(args: argparse.Namespace) -> None:
+    """The results table of every index under ``--runs`` (ratios against the smallest)."""
+    runs = Path(args.runs)
+    rows = []
+    for bfile in sorted(runs.glob("*.build.json")):
+        name = bfile.name[: -len(".build.json")]
+        b = _load(bfile)
+        q = _load(runs / f"{name}.query.json")
+        m = _load(runs / f"{name}.merge.json")
+        rows.append((b.get("done", 0), name, b, q, m))
+    rows.sort()
+    base = next((r for r in rows if r[3]), None)
+    lines = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d %H:%M %Z')}", "",
+             "| docs | index time (bulk) | docs/s | peak RSS indexing (anon) | force-merge s / peak RSS | "
+             "RSS querying (anon) | disk | segments | p50 ms | p95 ms | p50 ratio vs base | RSS ratio vs base |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for done, name, b, q, m in rows:
+        peak = max((r["peak_rss"] for r in b.get("runs", [])), default=0)
+        anon = max((r["peak_anon"] for r in b.get("runs", [])), default=0)
+        mtxt = f"{m['merge_s']:.0f} s / {_gib(m['peak_rss'])} GiB" if m else "-"
+        if q and base:
+            ratio = f"{q['p50_ms'] / base[3]['p50_ms']:.1f}x"
+            rratio = f"{q['rss_query'] / base[3]['rss_query']:.1f}x"
+        else:
+            ratio = rratio = "-"
+        lines.append(
+            f"| {done:,} | {b['bulk_s']:.0f} s | {done / max(b['bulk_s'], 1e-9):,.0f} | {_gib(peak)} GiB "
+            f"({_gib(anon)}) | {mtxt} | "
+            + (f"{_gib(q['rss_query'])} GiB ({_gib(q['anon_query'])}) | {_gib(q['disk'])} GiB | {q['segments']} | "
+               f"{q['p50_ms']:.1f} | {q['p95_ms']:.1f} | {ratio} | {rratio} |" if q else "- | - | - | - | - | - | - |"))
+    lines += ["", "Commands:", ""]
+    for done, name, b, q, m in rows:
+        for part in (b, m, q):
+            if part.get("command"):
+                lines.append(f"- `{part['command']}`")
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        out = Path(args.out)
+        head = out.read_text().split("<!-- table -->")[0] if out.exists() else ""
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(head + "<!-- table -->\n" + text if head else text)
+    print(text)
+
+
+def vector_stats(vecs: list[tuple[np.ndarray, np.ndarray]], vocab: int) -> dict:
+    """Active terms per doc, document frequency of the most frequent terms, weight quantiles."""
+    nnz = np.array([len(i) for i, _ in vecs])
+    df = np.bincount(np.concatenate([i for i, _ in vecs]), minlength=vocab) / len(vecs)
+    dfs = np.sort(df)[::-1]
+    w = np.concatenate([x for _, x in vecs])
+    return {"docs": len(vecs), "nnz_p10_p50_p90": np.percentile(nnz, [10, 50, 90]).round(1).tolist(),
+            "df_rank1_10_100_1000": [round(float(dfs[r]), 4) for r in (0, 9, 99, 999)],
+            "terms_with_df>0": int((df > 0).sum()),
+            "postings_in_top100_terms": round(float(dfs[:100].sum() / dfs.sum()), 3),
+            "weight_p10_p50_p90_max": np.percentile(w, [10, 50, 90, 100]).round(3).tolist()}
+
+
+def stats(args: argparse.Namespace) -> None:
+    """Statistics of real SPLADE-tiny document vectors (MS MARCO passages) next to the synthetic ones."""
+    import torch
+
+    from opensearch_lsr.resources import splade_tiny_path
+    from sentence_transformers import SparseEncoder
+
+    torch.set_num_threads(1)
+    texts = []
+    with open(Path(args.data) / "corpus.jsonl") as fh:
+        for line in fh:
+            texts.append(json.loads(line)["text"])
+            if len(texts) >= args.passages:
+                break
+    model = SparseEncoder(str(splade_tiny_path()), device="cpu")
+    emb = model.encode_document(texts, batch_size=32, convert_to_sparse_tensor=True).coalesce().cpu()
+    idx, val = emb.indices().numpy(), emb.values().numpy()
+    real = []
+    for r in range(len(texts)):
+        sel = idx[0] == r
+        real.append((idx[1][sel], val[sel]))
+    out = {"splade_tiny_msmarco": vector_stats(real, VOCAB),
+           "synthetic": vector_stats(synthetic_batch(1, args.passages), VOCAB)}
+    text = json.dumps(out, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="phase", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--docs", type=int, required=True)
+    b.add_argument("--index", required=True)
+    b.add_argument("--batch", type=int, default=2000)
+    b.add_argument("--max-minutes", type=float, default=14.0)
+    b.add_argument("--seed", type=int, default=0)
+    m = sub.add_parser("merge")
+    m.add_argument("--index", required=True)
+    q = sub.add_parser("query")
+    q.add_argument("--index", required=True)
+    q.add_argument("--queries", type=int, default=300)
+    q.add_argument("--warmup", type=int, default=20)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--tag", default="", help="suffix of the result file (e.g. merged)")
+    r = sub.add_parser("report")
+    r.add_argument("--runs", default="runs/local_scale")
+    r.add_argument("--out", default=None)
+    s = sub.add_parser("stats")
+    s.add_argument("--passages", type=int, default=2000)
+    s.add_argument("--data", default="/work/shared/data/msmarco-en")
+    s.add_argument("--out", default=None)
+    args = ap.parse_args()
+    {"build": build, "merge": merge, "query": query, "report": report, "stats": stats}[args.phase](args)
+
+
+if __name__ == "__main__":
+    main()
