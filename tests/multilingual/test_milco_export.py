@@ -1,0 +1,38 @@
+"""A MILCO model exports as an ML Commons sparse model (TOKEN_ID keys) and passes the conformance check."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from opensearch_lsr.opensearch.artifacts import ExportError, export_bundle
+from opensearch_lsr.opensearch.conformance import MLCommonsRuntime
+
+TEXTS = ["서울은 한국의 수도이다", "the cat is in the house", "고양이 cat 서울 seoul"]
+
+
+def test_milco_export_passes_conformance(tiny_milco_dir, tmp_path):
+    bundle = tmp_path / "bundle"
+    manifest = export_bundle(tiny_milco_dir, bundle, verify_texts=TEXTS)
+    head = json.loads((tiny_milco_dir / "1_LexEchoHead" / "lexecho_config.json").read_text())
+    v_src, v_en = head["source_vocab_size"], head["pivot_vocab_size"]
+    assert manifest["key_format"] == "token_id" and manifest["min_opensearch_version"] == "3.2.0"
+    assert manifest["output_dim"] == v_src + v_en and manifest["views"]["pivot"] == [v_src, v_src + v_en]
+    report = manifest["conformance"]
+    assert report["passed"], report
+    assert report["max_abs_weight_diff"] <= 1e-4 and report["key_mismatches_above_atol"] == 0
+    assert not manifest["torchscript"]["devices"]  # no device constant: deployable on any ML node
+
+    encoding = MLCommonsRuntime.from_zip(bundle / "sparse_encoding.zip", "SPARSE_ENCODING")
+    encoding.output_dim = manifest["output_dim"]
+    tokenize = MLCommonsRuntime.from_zip(bundle / "sparse_tokenize.zip", "SPARSE_TOKENIZE")
+    for text, doc, query in zip(TEXTS, encoding.predict(TEXTS, "token_id"), tokenize.predict(TEXTS, "token_id")):
+        ids = {int(k) for k in doc}
+        assert any(i >= v_src for i in ids) and any(i < v_src for i in ids), text  # both views arrive
+        # the inference-free query side (SPARSE_TOKENIZE, encoder tokenizer) hits the source view's keys
+        assert set(query) and set(query) <= {k for k in doc if int(k) < v_src}
+
+
+def test_milco_export_refuses_word_keys(tiny_milco_dir, tmp_path):
+    with pytest.raises(ExportError, match="token_id"):
+        export_bundle(tiny_milco_dir, tmp_path / "b", key_format="word", verify=False)
