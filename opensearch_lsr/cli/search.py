@@ -47,13 +47,32 @@ __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
 @click.option("--explain", is_flag=True, help="List the matching tokens and their contributions per hit.")
 @click.option("--backend", type=click.Choice(["local", "opensearch"]), default="local", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the raw response as JSON.")
+@click.option("--query-language", default=None,
+              help="The language QUERY_TEXT is in (e.g. en). With --query-encoder auto, an English query on a "
+                   "transfer output (--model holding alignment.npz) goes through PSQ; otherwise informational.")
+@click.option("--query-encoder", type=click.Choice(["auto", "model", "psq"]), default="auto", show_default=True,
+              help="model: --model's own query side; psq: SPLADE-X's probabilistic structured query: the English "
+                   "query is encoded by the transfer's source SPLADE and mapped into --model's vocabulary by its "
+                   "alignment.npz (sent as query_tokens; no training); auto: psq when --query-language is the "
+                   "source's (en) and --model is a transfer output, else model.")
+@click.option("--psq-source", default=None,
+              help="psq: the English source SPLADE (default: `source` of the model's transfer_config.json).")
+@click.option("--psq-alignment", default=None,
+              help="psq: the transfer output (or alignment.npz) to use (default: --model's own).")
+@click.option("--psq-min-prob", type=float, default=0.0, show_default=True,
+              help="psq: drop translations P(target|english) below this and renormalise.")
 @connection_options
 def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weights: str, rank_constant: int,
                search_pipeline: str | None, text_field: str, model: str | None, model_id: str | None,
                analyzer: str | None, field: str | None, ann_k: int | None, ann_top_n: int | None,
                ann_heap_factor: float | None, size: int, filters: tuple[str, ...], show_query: bool,
-               explain: bool, backend: str, as_json: bool, **conn) -> None:
-    """Search an index with a standard neural_sparse (or hybrid BM25 + neural_sparse) query; print the hits."""
+               explain: bool, backend: str, as_json: bool, query_language: str | None, query_encoder: str,
+               psq_source: str | None, psq_alignment: str | None, psq_min_prob: float, **conn) -> None:
+    """Search an index with a standard neural_sparse (or hybrid BM25 + neural_sparse) query; print the hits.
+
+    English query against a Korean index built with a transferred model (SPLADE-X PSQ):
+    `lsr-os search --index IDX --model runs/models/ko-sembridge --query-language en "what is ..."`.
+    """
     from ..opensearch.query import (bool_query, explain_contributions, neural_sparse_query, query_tokens_for,
                                    search_body)
 
@@ -100,12 +119,29 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
             method_params = ann or None
         if ann and backend == "local":
             fail("--ann-k/--ann-top-n/--ann-heap-factor apply to OpenSearch sparse_vector indices")
+        from ..encoding.psq import resolve_query_encoder
+
+        psq_tokens = None
+        if resolve_query_encoder(model, query_language, query_encoder) == "psq":
+            if not model:
+                fail("--query-encoder psq needs --model (the transferred model whose alignment translates the query)")
+            if mode == "analyzer":
+                fail("--query-encoder psq computes query_tokens: use --mode tokens, model or hybrid")
+            from ..encoding.psq import PsqConfig, PsqQueryEncoder
+
+            psq = PsqQueryEncoder(PsqConfig(model, psq_source, psq_alignment, psq_min_prob))
+            psq_tokens = psq.encode([query_text], key_format=key_format)[0]
+            if not psq_tokens:
+                fail("the PSQ translation of the query is empty (none of its English terms has a translation)")
+            mode = "hybrid" if mode == "hybrid" else "tokens"
         pipeline = None
         if mode == "hybrid":
             from ..lexical.fusion import HybridFusion
             from ..lexical.queries import hybrid_query, match_query
 
-            if model:
+            if psq_tokens is not None:
+                sparse = neural_sparse_query(field, query_tokens=psq_tokens, version=version)
+            elif model:
                 sparse = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model), version=version)
             elif model_id:
                 sparse = neural_sparse_query(field, query_text=query_text, model_id=model_id, version=version)
@@ -125,8 +161,9 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
         elif mode == "tokens":
             if not model:
                 fail("--mode tokens needs --model (an encoder dir or export bundle) to compute query_tokens")
-            clause = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model, key_format=key_format),
-                                         version=version, method_params=method_params)
+            tokens = psq_tokens if psq_tokens is not None else \
+                query_tokens_for(query_text, model, key_format=key_format)
+            clause = neural_sparse_query(field, query_tokens=tokens, version=version, method_params=method_params)
         elif mode == "model":
             mid = model_id or model
             if not mid:
@@ -205,21 +242,61 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
 @click.option("--rank-constant", type=int, default=60, show_default=True, help="--hybrid rrf: the rank constant.")
 @click.option("--pagination-depth", type=int, default=None,
               help="--hybrid: hits each sub-query contributes (default: the evaluation depth, 100).")
+@click.option("--query-language", default=None,
+              help="Take the queries of the dataset's copy in this language (same query ids), e.g. `--dataset "
+                   "msmarco-ko --query-language en`: English queries against the Korean corpus. The copy is "
+                   "--parallel, else the sibling directory with the language suffix swapped (msmarco-en).")
+@click.option("--corpus-language", default=None,
+              help="Search the corpus of the copy in this language (`--query-language ko --corpus-language en`: "
+                   "Korean queries -> English corpus), or `mixed`: both corpora in one index, a query judged "
+                   "relevant on either copy of its passage (queries: --query-language, default the dataset's).")
+@click.option("--parallel", type=click.Path(exists=True, file_okay=False), default=None,
+              help="The parallel copy (BEIR directory, same query ids) when it is not the -<lang> sibling.")
+@click.option("--queries", "queries_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Replace the query texts by this file's (BEIR JSONL _id/text or qid<TAB>text; same query ids).")
+@click.option("--repair-text", default="en", show_default=True,
+              help="Comma-separated languages whose copy is repaired with ftfy (the English MS MARCO passages "
+                   "carry mojibake); '' keeps every text as is.")
+@click.option("--query-encoder", type=click.Choice(["auto", "model", "psq"]), default="auto", show_default=True,
+              help="model: the model's own query side; psq: SPLADE-X's probabilistic structured query: the (English) "
+                   "query is encoded by the transfer's source SPLADE and mapped into the model's vocabulary by its "
+                   "alignment.npz (translation probabilities, no training); auto: psq when --query-language is "
+                   "the source's (en) and the model is a transfer output, else model.")
+@click.option("--psq-source", default=None,
+              help="psq: the English source SPLADE (default: `source` of the model's transfer_config.json).")
+@click.option("--psq-alignment", default=None,
+              help="psq: the transfer output (or alignment.npz) whose alignment to use (default: the model's own; "
+                   "give it for a model fine-tuned from a transfer).")
+@click.option("--psq-min-prob", type=float, default=0.0, show_default=True,
+              help="psq: drop translations P(target|english) below this and renormalise.")
 @connection_options
 def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str, index_ref: str | None,
              model_id: str | None, idf: str | None, max_queries: int | None, max_docs: int | None,
              prune_levels: str, out_dir: str, baseline: str, hybrid: str, weights: str, rank_constant: int,
-             pagination_depth: int | None, **conn) -> None:
-    """Evaluate an encoder through a backend: nDCG@10, MRR@10, Recall@100, FLOPS, active dims."""
+             pagination_depth: int | None, query_language: str | None, corpus_language: str | None,
+             parallel: str | None, queries_file: str | None, repair_text: str, query_encoder: str,
+             psq_source: str | None, psq_alignment: str | None, psq_min_prob: float, **conn) -> None:
+    """Evaluate an encoder through a backend: nDCG@10, MRR@10, Recall@100, FLOPS, active dims.
+
+    Cross-lingual settings from parallel copies (same query ids), e.g. on MS MARCO-ko:
+    English queries -> Korean corpus `--query-language en`; Korean queries -> English corpus
+    `--corpus-language en`; mixed corpus `--corpus-language mixed [--query-language ko|en]`.
+    """
+    from ..evaluation.crosslingual import CrossLingualSpec
     from ..evaluation.pipeline import EvalConfig, run_evaluation
 
+    repair = [x.strip() for x in repair_text.split(",") if x.strip()]
+    spec = CrossLingualSpec(dataset, split, query_language, corpus_language, parallel, queries_file, tuple(repair))
     if not model:
         if baseline == "none" or hybrid != "none" or backend != "local":
             fail("--model is required (only `--baseline bm25-nori` on the local backend runs without one)")
+        if query_encoder == "psq":
+            fail("--query-encoder psq needs --model (the transferred model whose alignment translates the query)")
         from ..evaluation.baselines import evaluate_baseline
 
         with user_errors():
-            result = evaluate_baseline(dataset, out_dir, split=split, max_queries=max_queries, max_docs=max_docs)
+            result = evaluate_baseline(dataset if spec.plain else spec.build(), out_dir, split=split,
+                                       max_queries=max_queries, max_docs=max_docs)
         echo_json({"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"],
                    "rows": result["rows"]})
         return
@@ -229,7 +306,10 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
                             index=index_ref, model_id=model_id, idf=idf, max_queries=max_queries,
                             max_docs=max_docs, prune_levels=levels, baseline=baseline, hybrid=hybrid,
                             hybrid_weights=_weights(weights), rank_constant=rank_constant,
-                            hybrid_window=pagination_depth)
+                            hybrid_window=pagination_depth, query_language=query_language,
+                            corpus_language=corpus_language, parallel=parallel, queries_file=queries_file,
+                            repair=repair, query_encoder=query_encoder, psq_source=psq_source,
+                            psq_alignment=psq_alignment, psq_min_prob=psq_min_prob)
         client = None
         if backend == "opensearch":
             from ..opensearch.client import client_from_options, detect_features

@@ -116,9 +116,10 @@ def hybrid_row(search: SearchFn, queries: Mapping[str, str], sparse_queries: Map
     return LexicalRow(name, evaluate_run(qrels, run), run, seconds)
 
 
-def evaluate_baseline(dataset: str, out_dir: str, split: str = "dev", k: int = 100, max_queries: int | None = None,
+def evaluate_baseline(dataset: str | Any, out_dir: str, split: str = "dev", k: int = 100, max_queries: int | None = None,
                       max_docs: int | None = None) -> dict[str, Any]:
     """The nori BM25 row alone (no model): a local index holding the text field only, ``match`` bodies.
+    ``dataset``: a BEIR directory or a ``BeirDataset`` (e.g. a cross-lingual setting).
 
     Writes ``report.json``/``report.md``/``run-bm25-nori.trec`` and the text index (``index-text``) to
     ``out_dir``; returns the result (``rows``, ``metrics``, ``timings``).
@@ -127,13 +128,17 @@ def evaluate_baseline(dataset: str, out_dir: str, split: str = "dev", k: int = 1
 
     from ..contract import DEFAULT_TEXT_ANALYZER
     from ..contract import DEFAULT_TEXT_FIELD as TEXT_FIELD
-    from .datasets import cap_corpus, load_beir
+    from .datasets import BeirDataset, cap_corpus, load_beir
     from .report import write_report, write_trec_run
     from ..local.index import LocalIndex
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ds = cap_corpus(load_beir(dataset, split).subset(max_queries), max_docs)
+    # a BEIR directory, or a dataset built already (a cross-lingual setting: evaluation.crosslingual)
+    ds = cap_corpus((dataset if isinstance(dataset, BeirDataset) else load_beir(dataset, split)).subset(max_queries),
+                    max_docs)
+    if isinstance(dataset, BeirDataset):
+        split, dataset = dataset.split, dataset.name
     t0 = time.perf_counter()
     index_dir = out / "index-text"
     index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": DEFAULT_TEXT_ANALYZER}}},

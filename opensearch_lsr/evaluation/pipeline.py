@@ -12,6 +12,11 @@ Query modes:
     OpenSearch the body carries ``query_text`` + ``model_id``.
   * ``tokens``: inference-free, client-side ``SPARSE_TOKENIZE`` (``tokenize_query`` with the IDF
     of ``idf``, the model dir's ``idf.json``, or one computed from the corpus) sent as ``query_tokens``.
+
+Cross-lingual runs (``query_language`` / ``corpus_language`` / ``queries_file``) evaluate a setting built
+from parallel copies (:mod:`~opensearch_lsr.evaluation.crosslingual`); ``query_encoder="psq"`` replaces
+the model's query side by PSQ translation of an English query (:mod:`~opensearch_lsr.encoding.psq`),
+always sent as ``query_tokens``.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import scipy.sparse as sp
 
 from ..config import ArtifactConfig
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
+from .crosslingual import DEFAULT_REPAIR, CrossLingualSpec
 from .datasets import BeirDataset, cap_corpus, load_beir
 from .metrics import evaluate_run
 
@@ -70,6 +76,19 @@ class EvalConfig(ArtifactConfig):
     hybrid_weights: list[float] = field(default_factory=lambda: [0.3, 0.7])  # [bm25, sparse], min_max only
     rank_constant: int = 60
     hybrid_window: int | None = None  # hits per sub-query (pagination_depth); default k
+    # cross-lingual settings (opensearch_lsr.evaluation.crosslingual): the queries / corpus of a parallel copy
+    query_language: str | None = None  # e.g. "en": queries of the dataset's English copy (same query ids)
+    corpus_language: str | None = None  # e.g. "en" (the English copy's corpus) or "mixed" (both corpora)
+    parallel: str | None = None  # the other copy's directory (default: the sibling, msmarco-ko -> msmarco-en)
+    queries_file: str | None = None  # replace the query texts (JSONL _id/text or qid<TAB>text)
+    repair: list[str] = field(default_factory=lambda: list(DEFAULT_REPAIR))  # copies repaired with ftfy
+    # query side: the model's own encoder, or PSQ (an English query through the transfer's source SPLADE and
+    # alignment.npz; opensearch_lsr.encoding.psq); auto = psq for queries in the PSQ source language on a
+    # transfer output
+    query_encoder: Literal["auto", "model", "psq"] = "auto"
+    psq_source: str | None = None
+    psq_alignment: str | None = None
+    psq_min_prob: float = 0.0
 
     def __post_init__(self) -> None:
         from .baselines import check_choices
@@ -88,6 +107,21 @@ class EvalConfig(ArtifactConfig):
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {self.backend!r}")
         if self.k < 1:
             raise ValueError("k must be >= 1")
+        if self.query_encoder not in ("auto", "model", "psq"):
+            raise ValueError(f"query_encoder must be one of auto, model, psq, got {self.query_encoder!r}")
+        if self.query_encoder == "psq" and self.query_mode != "model":
+            raise ValueError("the psq query encoder replaces the model's query side: use query_mode 'model'")
+
+    def crosslingual_spec(self) -> CrossLingualSpec:
+        """The queries and corpus this run evaluates (the plain dataset unless a language option is set)."""
+        return CrossLingualSpec(self.dataset, self.split, self.query_language, self.corpus_language, self.parallel,
+                                self.queries_file, tuple(self.repair))
+
+    def resolved_query_encoder(self) -> str:
+        """``model`` or ``psq`` (``auto``: psq for queries in the PSQ source language on a transfer output)."""
+        from ..encoding.psq import resolve_query_encoder
+
+        return resolve_query_encoder(self.model, self.query_language, self.query_encoder)
 
 
 class SearchBackend(Protocol):
@@ -232,7 +266,10 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    dataset = cap_corpus(load_beir(config.dataset, config.split).subset(config.max_queries), config.max_docs)
+    spec = config.crosslingual_spec()
+    dataset = cap_corpus((load_beir(config.dataset, config.split) if spec.plain else spec.build())
+                         .subset(config.max_queries), config.max_docs)
+    query_side = config.resolved_query_encoder()
     qids, doc_ids = list(dataset.queries), list(dataset.corpus)
     qtexts, dtexts = [dataset.queries[q] for q in qids], [dataset.corpus[d] for d in doc_ids]
     encoder = SparseKeyedEncoder(config.model)
@@ -269,12 +306,18 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     if config.query_mode == "tokens":
         idf, idf_source = _resolve_idf(config, encoder.model.tokenizer, dtexts)
         qdicts = [tokenize_query(t, encoder.model.tokenizer, idf) for t in qtexts]
+    elif query_side == "psq":
+        from ..encoding.psq import PsqConfig, PsqQueryEncoder
+
+        psq = PsqQueryEncoder(PsqConfig(config.model, config.psq_source, config.psq_alignment, config.psq_min_prob))
+        qdicts = psq.encode(qtexts, "query", config.batch_size)
     else:
         qdicts = encoder.encode(qtexts, "query", config.batch_size)
     timings["encode_queries"] = time.perf_counter() - t0
     bodies: dict[str, dict | None] = {}
     for qid, text, qd in zip(qids, qtexts, qdicts):
-        if config.backend == "opensearch" and config.query_mode == "model" and config.model_id:
+        if (config.backend == "opensearch" and config.query_mode == "model" and config.model_id
+                and query_side == "model"):
             query = neural_sparse_query(field, query_text=text, model_id=config.model_id)
         else:
             tokens = _query_tokens(qd)
@@ -303,7 +346,8 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     plot = plot_effectiveness_vs_flops({name: sweep}, out / "effectiveness_vs_flops.png") if sweep else None
     config.save(out)
     result = {"name": name, "config": {**config.to_dict(), "n_queries": len(qids), "n_docs": len(index_doc_ids),
-                                       "idf_source": idf_source},
+                                       "idf_source": idf_source, "evaluated": dataset.name,
+                                       "query_side": query_side},
               "metrics": metrics, "sweep": sweep, "plot": str(plot) if plot else None,
               "run_file": str(out / "run.trec"), "timings": timings}
     if lexical_rows:  # the nori row leads, hybrids follow the model
