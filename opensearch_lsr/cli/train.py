@@ -34,6 +34,13 @@ __all__ = ["train_cmd", "adapt_cmd"]
                    "(inference-free students: about 0.0015, see training.teacher).")
 @click.option("--teacher-margin", type=float, default=0.0, show_default=True,
               help="Skip candidates whose teacher cosine is within this of the positive's (false negatives).")
+@click.option("--query-language", default=None,
+              help="Translate-train (SPLADE-X): train on the queries of the dataset's copy in this language (same "
+                   "query ids, e.g. --dataset msmarco-ko --query-language en: English train queries against Korean "
+                   "positives); the copy is the -<lang> sibling directory (msmarco-en) unless --queries-from.")
+@click.option("--queries-from", default=None, type=click.Path(exists=True),
+              help="Translate-train: a parallel BEIR copy (its --split queries) or a queries file (JSONL _id/text or "
+                   "qid<TAB>text) giving the query texts; positives stay those of --dataset.")
 @click.option("--max-pairs", type=int, default=0, show_default=True, help="Use the first N pairs (0 = all).")
 @click.option("--epochs", type=float, default=1.0, show_default=True)
 @click.option("--max-steps", type=int, default=-1, show_default=True, help="Stop after N steps (overrides epochs).")
@@ -55,18 +62,23 @@ __all__ = ["train_cmd", "adapt_cmd"]
 @click.option("--bf16", is_flag=True, help="bfloat16 mixed precision (CUDA only).")
 @click.option("--seed", type=int, default=42, show_default=True)
 def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, hard_negatives, teacher, teacher_negatives,
-              teacher_depth, teacher_temperature, teacher_margin, max_pairs, epochs, max_steps,
+              teacher_depth, teacher_temperature, teacher_margin, query_language, queries_from, max_pairs, epochs,
+              max_steps,
               batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
               eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, seed):
     """Fine-tune a sparse encoder (SpladeLoss: InfoNCE / MarginMSE / KL + FLOPS) on query-passage pairs."""
     from ..training import TrainConfig, train
 
     with user_errors():
+        if query_language and not queries_from:
+            from ..evaluation.crosslingual import parallel_copy
+
+            queries_from = str(parallel_copy(dataset, query_language))
         config = TrainConfig(
             model=model, dataset=dataset, split=split, out=out, loss=loss, inference_free=inference_free, idf=idf,
             query_lr=query_lr, hard_negatives=hard_negatives, teacher=teacher, teacher_negatives=teacher_negatives,
             teacher_depth=teacher_depth, teacher_temperature=teacher_temperature, teacher_margin=teacher_margin,
-            max_pairs=max_pairs, epochs=epochs, max_steps=max_steps,
+            queries_from=queries_from, max_pairs=max_pairs, epochs=epochs, max_steps=max_steps,
             batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,
             query_regularizer_weight=query_reg, max_seq_length=max_seq_length, eval_split=eval_split or None,
             eval_queries=eval_queries, eval_corpus=eval_corpus, eval_steps=eval_steps, final_eval=not no_final_eval,

@@ -47,6 +47,9 @@ class TrainConfig(ArtifactConfig):
             (``cosine / teacher_temperature``), see ``training.teacher``; use with ``kldiv`` or ``marginmse``,
             or with ``infonce`` for teacher-mined hard negatives only (candidates within
             ``teacher_margin`` cosine of the positive are skipped as likely false negatives).
+        queries_from: translate-train (SPLADE-X (b), Nair et al. 2022): take the query texts of the training
+            pairs from this parallel BEIR copy (same query ids, its ``split`` queries) or queries file, the
+            positives from ``dataset`` (e.g. English queries against Korean positives).
         max_pairs: keep only the first N training pairs (0 = all).
         eval_split / eval_queries / eval_corpus: dev evaluation during training on a subset
             (``eval_queries`` queries; ``eval_corpus`` documents = their positives + random others;
@@ -74,6 +77,7 @@ class TrainConfig(ArtifactConfig):
     teacher_depth: int = 30
     teacher_temperature: float = 0.01
     teacher_margin: float = 0.0
+    queries_from: str | None = None
     max_pairs: int = 0
     epochs: float = 1.0
     max_steps: int = -1

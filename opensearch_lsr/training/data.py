@@ -156,12 +156,45 @@ def read_jsonl_pairs(path: str | os.PathLike, skip_bad_rows: bool = False) -> Tr
                         num_negatives=num_neg, skipped=bad)
 
 
+def _split_queries_file(root: Path, split: str) -> Path:
+    qfile = root / f"queries.{split}.jsonl"
+    if not qfile.exists():
+        qfile = root / "queries.jsonl"
+    if not qfile.exists():
+        raise TrainingDataError(f"no queries file in {root} (queries.{split}.jsonl or queries.jsonl)")
+    return qfile
+
+
+def _translated_queries(source: str | os.PathLike, split: str) -> tuple[dict[str, str], str]:
+    """Query texts by id from a parallel BEIR copy (its ``split`` queries) or a queries file."""
+    from ..evaluation.crosslingual import CrossLingualError, read_queries_file
+
+    path = Path(source)
+    if path.is_dir():
+        from ..evaluation.datasets import _read_jsonl
+
+        qfile = _split_queries_file(path, split)
+        try:
+            return {str(r["_id"]): r.get("text", "") for r in _read_jsonl(qfile)}, qfile.name
+        except (ValueError, KeyError) as err:
+            raise TrainingDataError(f"{qfile}: {err}") from err
+    try:
+        return read_queries_file(path), path.name
+    except CrossLingualError as err:
+        raise TrainingDataError(str(err)) from err
+
+
 def read_beir_pairs(directory: str | os.PathLike, split: str = "train",
-                    skip_bad_rows: bool = False) -> TrainingData:
+                    skip_bad_rows: bool = False, queries_from: str | os.PathLike | None = None) -> TrainingData:
     """One (query, positive) row per judged-relevant qrel of ``split``.
 
     The qrels file is checked line by line: unknown query or corpus ids, missing columns and
     non-numeric scores are reported as ``qrels/<split>.tsv:<line>: reason``.
+
+    ``queries_from``: translate-train (SPLADE-X (b), Nair et al. 2022): the query texts come from a
+    parallel BEIR copy (its ``queries.<split>.jsonl``, same query ids; e.g. the English originals of a
+    machine-translated Korean set) or a queries file, the positives from ``directory``'s corpus. Texts
+    are looked up by the ids of ``split``'s qrels only, so no other split's query can enter training.
     """
     from ..corpus import doc_text
     from ..evaluation.datasets import _read_jsonl
@@ -172,16 +205,15 @@ def read_beir_pairs(directory: str | os.PathLike, split: str = "train",
     qrels_path = root / "qrels" / f"{split}.tsv"
     if not qrels_path.exists():
         raise TrainingDataError(f"no qrels for split {split!r} in {root / 'qrels'}")
-    qfile = root / f"queries.{split}.jsonl"
-    if not qfile.exists():
-        qfile = root / "queries.jsonl"
-    if not qfile.exists():
-        raise TrainingDataError(f"no queries file in {root} (queries.{split}.jsonl or queries.jsonl)")
+    qfile = _split_queries_file(root, split)
     try:
         corpus = {str(r["_id"]): doc_text(r) for r in _read_jsonl(root / "corpus.jsonl")}
         queries = {str(r["_id"]): r.get("text", "") for r in _read_jsonl(qfile)}
     except (ValueError, KeyError) as err:
         raise TrainingDataError(f"{root}: {err}") from err
+    if queries_from is not None:
+        queries, qname = _translated_queries(queries_from, split)
+        qfile = Path(queries_from) / qname if Path(queries_from).is_dir() else Path(queries_from)
     rows: list[dict[str, Any]] = []
     bad: list[str] = []
     seen: set[tuple[str, str]] = set()
@@ -202,7 +234,7 @@ def read_beir_pairs(directory: str | os.PathLike, split: str = "train",
             if relevance <= 0:
                 continue
             if qid not in queries:
-                bad.append(f"{where}: query id {qid!r} is not in {qfile.name}")
+                bad.append(f"{where}: query id {qid!r} is not in {qfile if queries_from is not None else qfile.name}")
                 continue
             if did not in corpus:
                 bad.append(f"{where}: corpus id {did!r} is not in corpus.jsonl")
@@ -259,11 +291,15 @@ def mine_bm25_negatives(data: TrainingData, tokenizer, top_k: int = 10, seed: in
 
 
 def load_training_data(source: str | os.PathLike, split: str = "train", skip_bad_rows: bool = False,
-                       max_pairs: int = 0) -> TrainingData:
-    """BEIR directory or JSONL file -> :class:`TrainingData` (first ``max_pairs`` rows if > 0)."""
+                       max_pairs: int = 0, queries_from: str | os.PathLike | None = None) -> TrainingData:
+    """BEIR directory or JSONL file -> :class:`TrainingData` (first ``max_pairs`` rows if > 0);
+    ``queries_from`` (BEIR input only): query texts of a parallel copy (translate-train, :func:`read_beir_pairs`)."""
     path = Path(source)
     if path.is_dir():
-        data = read_beir_pairs(path, split, skip_bad_rows)
+        data = read_beir_pairs(path, split, skip_bad_rows, queries_from=queries_from)
+    elif queries_from is not None:
+        raise TrainingDataError("--queries-from / --query-language replace the queries of a BEIR dataset; "
+                                f"{str(source)!r} is not a BEIR directory")
     elif path.is_file():
         data = read_jsonl_pairs(path, skip_bad_rows)
     else:

@@ -254,7 +254,8 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    data = load_training_data(config.dataset, config.split, skip_bad_rows=skip_bad_rows, max_pairs=config.max_pairs)
+    data = load_training_data(config.dataset, config.split, skip_bad_rows=skip_bad_rows, max_pairs=config.max_pairs,
+                              queries_from=config.queries_from)
     if config.teacher:
         data = mine_teacher_negatives(data, config.teacher, num_negatives=config.teacher_negatives,
                                       range_max=config.teacher_depth, margin=config.teacher_margin,
