@@ -200,6 +200,8 @@ def milco_transfer(config: MilcoConfig, sap_config: Any | None = None) -> dict[s
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    # the bitext first: a bad file fails in a second, not after loading two models
+    pairs, bitext_facts = resolve_bitext(str(config.bitext), out) if config.sap else ([], None)
     teacher = _load_teacher(config.sparse_head)
     model = build_milco(config, teacher=teacher)
     build_s = time.perf_counter() - started
@@ -211,7 +213,6 @@ def milco_transfer(config: MilcoConfig, sap_config: Any | None = None) -> dict[s
                              "build_seconds": round(build_s, 2)}
     if config.sap:
         sap_config = sap_config or SapConfig()
-        pairs, bitext_facts = resolve_bitext(str(config.bitext), out)
         facts["bitext"] = bitext_facts
         sap_config.save(out)
         facts["sap"] = run_sap(model, teacher, pairs, sap_config, out)

@@ -107,6 +107,10 @@ def test_cli_transfer_milco(tiny_xlmr_dir, tiny_source_dir, tiny_bitext, tmp_pat
                                        str(tiny_source_dir), "--out", str(tmp_path / "x")])
     assert missing.exit_code != 0 and "Error:" in missing.output and "bitext" in missing.output
     assert "Traceback" not in missing.output
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("only english\n", encoding="utf-8")
+    broken = CliRunner().invoke(cli, ["transfer", "milco", "--bitext", str(bad), "--out", str(tmp_path / "y")])
+    assert broken.exit_code != 0 and f"{bad}:1:" in broken.output and "Traceback" not in broken.output
 
 
 def test_lsr_os_train_fine_tunes_milco(tiny_milco_dir, tmp_path):
