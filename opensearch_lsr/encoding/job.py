@@ -34,6 +34,7 @@ from ..errors import LsrError
 from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, flat_mapping, split_passages
 from ..pruning import parse_prune
 from .indexing import build_actions
+from .onnx_backend import EncoderRuntime
 from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, Checkpoint, ReportFile, SeenIds
 from .readers import BadRecord, CorpusRecord, count_records, read_corpus
 
@@ -78,8 +79,13 @@ class IndexJobConfig(ArtifactConfig):
     ndjson_docs_per_file: int = 10_000
     limit: int | None = None
     threads: int | None = None
+    # "torch" (any device) or "onnx" / "onnx-int8" (ONNX Runtime body on CPU: encoding/onnx_backend.py)
+    encoder_runtime: str = "torch"
 
     def __post_init__(self) -> None:
+        if self.encoder_runtime not in get_args(EncoderRuntime):
+            raise ValueError(f"encoder_runtime {self.encoder_runtime!r} is not one of "
+                             f"{', '.join(get_args(EncoderRuntime))}")
         if self.backend not in get_args(Backend):
             raise ValueError(f"backend {self.backend!r} is not one of {', '.join(get_args(Backend))}")
         if self.long_text not in get_args(LongTextPolicy):
@@ -194,6 +200,15 @@ class IndexJob:
 
         config = self.config
         devices = resolve_devices(config.device)
+        if config.encoder_runtime != "torch":
+            if len(devices) > 1 or str(devices[0]) != "cpu":
+                raise IndexJobError(f"--encoder-runtime {config.encoder_runtime} runs on CPU only (device "
+                                    f"{config.device or devices[0]}); use --encoder-runtime torch on GPUs")
+            from .onnx_backend import open_document_encoder
+
+            return open_document_encoder(config.model, runtime=config.encoder_runtime,  # type: ignore[arg-type]
+                                         batch_size=config.batch_size, max_length=config.max_length,
+                                         num_threads=config.threads)
         if len(devices) > 1:
             return DevicePool(config.model, devices, precision=config.precision, batch_size=config.batch_size,
                               max_length=config.max_length, num_threads=config.threads)
@@ -457,7 +472,8 @@ class IndexJob:
             "this_run": {"indexed": indexed_now, "elapsed_s": round(elapsed, 3),
                          "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None,
                          "encode_s": round(self.timing["encode"], 3), "write_s": round(self.timing["write"], 3)},
-            "encoder": {"model": str(config.model), "device": str(encoder.device), "precision": encoder.precision,
+            "encoder": {"model": str(config.model), "runtime": config.encoder_runtime,
+                        "device": str(encoder.device), "precision": encoder.precision,
                         "batch_size": encoder.batch_size, "nonfinite_dropped": encoder.stats.nonfinite_dropped},
             "prune": str(prune), "key_format": config.key_format, "long_text": config.long_text,
             "peak_rss_mb": round(_peak_rss_mb(), 1),

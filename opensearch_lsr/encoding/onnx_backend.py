@@ -1,0 +1,296 @@
+"""ONNX Runtime document encoder for CPU: the transformer body in ONNX Runtime, the SPLADE head in torch.
+
+:class:`OnnxSparseDocumentEncoder` computes what :class:`~.encoder.SparseDocumentEncoder` computes
+(the exported OpenSearch ``SPARSE_ENCODING`` weights ``log(1 + relu(max_i z_ij))``) and reuses all of it
+(tokenization, length-sorted micro-batches, the packed head transform, the chunked max-pooled decoder
+that never materialises ``[tokens, vocabulary]``) except the transformer body, which runs in ONNX
+Runtime:
+
+* the body (embeddings + encoder layers, *not* the MLM head) is exported once with
+  ``torch.onnx.export`` and fused with ONNX Runtime's transformer optimizer
+  (``onnxruntime.transformers.optimizer.optimize_model``: EmbedLayerNormalization, Attention,
+  SkipLayerNormalization, BiasGelu; the fusions of Optimum's O2 level, which wraps the same optimizer);
+* ``runtime="onnx-int8"`` additionally quantizes the body's weights to int8 with ONNX Runtime dynamic
+  quantization (``onnxruntime.quantization.quantize_dynamic``: int8 weights, per-channel, uint8
+  activations; VNNI kernels where the CPU has them). The MLM decoder stays fp32: its logits feed the
+  max directly, so int8 there would move weights most.
+
+Why the head is not exported too: ONNX Runtime would run the decoder as one ``[tokens, V]`` MatMul and a
+ReduceMax, materialising the logits this package's encoder exists to avoid (see ``encoder.py``).
+
+The export is cached next to the model (``<model>/onnx-lsr/<runtime>/``; a per-user cache dir when the
+model dir is read-only) with an :class:`OnnxExportConfig` that records the weights' sha256, so changed
+weights re-export. Every export is checked against the torch body on a padded batch before it is used.
+CPU only: on GPU the torch encoder (bf16 autocast) is the fast path.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
+import torch
+
+from ..config import ArtifactConfig, sha256_file
+from ..errors import LsrError
+from .encoder import SparseDocumentEncoder, _Head
+
+__all__ = [
+    "EncoderRuntime",
+    "OnnxBackendError",
+    "OnnxExportConfig",
+    "OnnxSparseDocumentEncoder",
+    "export_onnx_body",
+    "onnx_body_path",
+    "open_document_encoder",
+]
+
+logger = logging.getLogger(__name__)
+
+EncoderRuntime = Literal["torch", "onnx", "onnx-int8"]
+_ONNX_RUNTIMES = ("onnx", "onnx-int8")
+_OPSET = 17
+# fp32 export parity on the check batch (ONNX Runtime's fused kernels reassociate sums: ~1e-6 typical)
+_FP32_PARITY = 1e-3
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+class OnnxBackendError(LsrError, RuntimeError):
+    """The ONNX Runtime encoder cannot run here (package missing, GPU device, unsupported model)."""
+
+
+@dataclass
+class OnnxExportConfig(ArtifactConfig):
+    """How a cached ONNX body was made (saved next to ``model.onnx``)."""
+
+    FILENAME = "lsr_onnx.json"
+
+    source: str
+    weights_sha256: str
+    runtime: str
+    architecture: str
+    opset: int
+    fused: bool
+    onnxruntime_version: str
+    torch_version: str
+    parity_max_abs: float
+
+
+def _require_onnxruntime():
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise OnnxBackendError("the onnx encoder runtime needs onnxruntime and onnx: "
+                               "pip install 'opensearch-lsr[onnx]' (or use --encoder-runtime torch)") from err
+    return onnxruntime
+
+
+def _weights_sha256(model_path: str) -> str:
+    for name in _WEIGHT_FILES:
+        if (Path(model_path) / name).is_file():
+            return sha256_file(Path(model_path) / name)
+    raise OnnxBackendError(f"{model_path}: no {' or '.join(_WEIGHT_FILES)} to export to ONNX")
+
+
+def onnx_body_path(model_path: str, runtime: EncoderRuntime, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where the ONNX body of ``model_path`` for ``runtime`` is cached: ``<model>/onnx-lsr/<runtime>``
+    when the model dir is writable, else ``~/.cache/opensearch-lsr/onnx/<path hash>/<runtime>``."""
+    if cache_dir is not None:
+        return Path(cache_dir) / runtime
+    model_dir = Path(model_path)
+    if os.access(model_dir, os.W_OK):
+        return model_dir / "onnx-lsr" / runtime
+    key = hashlib.sha1(str(model_dir.resolve()).encode()).hexdigest()[:16]
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "opensearch-lsr" / "onnx" / key / runtime
+
+
+class _BodyForExport(torch.nn.Module):
+    """Embeddings + encoder layers with an explicit additive ``[B, 1, L, L]`` mask.
+
+    transformers 5 builds attention masks with data-dependent Python control flow that a trace bakes
+    in (a padded example changes every later batch); the explicit additive mask traces cleanly and is
+    the pattern ONNX Runtime's Attention fusion recognises.
+    """
+
+    def __init__(self, base: torch.nn.Module) -> None:
+        super().__init__()
+        self.base = base
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        # explicit position and token-type ids: the buffered defaults trace to a GatherElements that
+        # blocks ONNX Runtime's EmbedLayerNormalization fusion
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0).expand_as(input_ids)
+        emb = self.base.embeddings(input_ids=input_ids, position_ids=positions,
+                                   token_type_ids=torch.zeros_like(input_ids))
+        # transformers 4.x ``_prepare_4d_attention_mask``: ONNX Runtime's Attention fusion matches this
+        # Where/Cast/Sub/Cast/Expand/Unsqueeze path (fusion_attention.py); a plain ``(1 - m) * min`` is
+        # mistaken for the ``q k^T * scaling`` Mul that transformers 5 puts on the same Add
+        b, length = attention_mask.shape
+        inverted = 1.0 - attention_mask[:, None, None, :].expand(b, 1, length, length).to(emb.dtype)
+        additive = inverted.masked_fill(inverted.to(torch.bool), torch.finfo(emb.dtype).min)
+        return self.base.encoder(emb, attention_mask=additive).last_hidden_state
+
+
+def _body_module(model) -> torch.nn.Module:
+    kind = type(model).__name__
+    if kind == "BertForMaskedLM":
+        return _BodyForExport(model.bert)
+    if kind in ("RobertaForMaskedLM", "XLMRobertaForMaskedLM"):
+        return _BodyForExport(model.roberta)
+    raise OnnxBackendError(f"the onnx encoder runtime supports BERT and (XLM-)RoBERTa masked LMs, not {kind}; "
+                           "use --encoder-runtime torch")
+
+
+def _check_batch(vocab_size: int, special: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A deterministic padded batch (lengths 23 and 9) of ordinary token ids for the parity check."""
+    rng = np.random.default_rng(0)
+    low = max(special, default=0) + 1 if max(special, default=0) < vocab_size // 2 else 0
+    ids = rng.integers(low, vocab_size, size=(2, 23), dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 9:] = 0
+    ids[1, 9:] = 0
+    return ids, mask
+
+
+def _session(path: Path, threads: int):
+    ort = _require_onnxruntime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def export_onnx_body(model, model_path: str, out_dir: str | os.PathLike, runtime: EncoderRuntime = "onnx",
+                     special_ids: Sequence[int] = ()) -> Path:
+    """Export, fuse (and for ``onnx-int8`` quantize) the body of masked LM ``model`` into ``out_dir``.
+
+    Returns the path of ``model.onnx``; ``out_dir`` also gets an :class:`OnnxExportConfig`. Raises
+    :class:`OnnxBackendError` when the fp32 export does not reproduce the torch body.
+    """
+    if runtime not in _ONNX_RUNTIMES:
+        raise ValueError(f"runtime {runtime!r} is not one of {', '.join(_ONNX_RUNTIMES)}")
+    ort = _require_onnxruntime()
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    body = _body_module(model).eval()
+    out = Path(out_dir)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    raw, fused_path, final = tmp / "raw.onnx", tmp / "fused.onnx", tmp / "model.onnx"
+    ids, mask = _check_batch(model.config.vocab_size, special_ids)
+    example = (torch.from_numpy(ids), torch.from_numpy(mask))
+    axes = {0: "batch", 1: "length"}
+    with torch.inference_mode():
+        torch.onnx.export(body, example, str(raw), input_names=["input_ids", "attention_mask"],
+                          output_names=["hidden"], opset_version=_OPSET, dynamo=False,
+                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "hidden": axes})
+        reference = body(*example).numpy()
+    config = model.config
+    fused = optimize_model(str(raw), model_type="bert", num_heads=config.num_attention_heads,
+                           hidden_size=config.hidden_size)
+    fused.save_model_to_file(str(fused_path))
+    is_fused = fused.get_fused_operator_statistics().get("Attention", 0) > 0
+    if runtime == "onnx-int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # the fused contrib ops (com.microsoft domain) have no ONNX shape inference: their outputs are float
+        quantize_dynamic(str(fused_path), str(final), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"DefaultTensorType": 1})  # onnx.TensorProto.FLOAT
+    else:
+        fused_path.rename(final)
+    got = _session(final, 1).run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    real = mask.astype(bool)
+    parity = float(np.abs(got - reference)[real].max())
+    if runtime == "onnx" and not parity <= _FP32_PARITY:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OnnxBackendError(f"{model_path}: the ONNX export of {type(model).__name__} differs from torch by "
+                               f"{parity:.3g} (> {_FP32_PARITY}); use --encoder-runtime torch")
+    for name in ("raw.onnx", "fused.onnx"):
+        (tmp / name).unlink(missing_ok=True)
+    OnnxExportConfig(source=str(model_path), weights_sha256=_weights_sha256(model_path), runtime=runtime,
+                     architecture=type(model).__name__, opset=_OPSET, fused=is_fused,
+                     onnxruntime_version=ort.__version__, torch_version=torch.__version__,
+                     parity_max_abs=parity).save(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, out)
+    logger.info("exported the %s body of %s to %s (fused=%s, parity %.2e)", runtime, model_path, out, is_fused, parity)
+    return out / "model.onnx"
+
+
+class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
+    """:class:`~.encoder.SparseDocumentEncoder` with the transformer body in ONNX Runtime (CPU).
+
+    Args:
+        model: as for :class:`~.encoder.SparseDocumentEncoder`.
+        runtime: ``"onnx"`` (fp32, fused; same weights within ~1e-5) or ``"onnx-int8"`` (int8 body).
+        cache_dir: where the export is cached (default: next to the model, see :func:`onnx_body_path`).
+        num_threads: ONNX Runtime intra-op threads and ``torch.set_num_threads`` for the head
+            (default: ``torch.get_num_threads()``).
+        **kwargs: ``batch_size``, ``max_length``, ``vocab_chunk``, ``row_block``, ``zero_special_tokens``.
+    """
+
+    def __init__(self, model: str | os.PathLike, *, runtime: EncoderRuntime = "onnx", device: str | None = "cpu",
+                 precision: str = "auto", cache_dir: str | os.PathLike | None = None,
+                 num_threads: int | None = None, **kwargs) -> None:
+        if runtime not in _ONNX_RUNTIMES:
+            raise ValueError(f"runtime {runtime!r} is not one of {', '.join(_ONNX_RUNTIMES)}")
+        if device not in (None, "cpu"):
+            raise OnnxBackendError(f"the onnx encoder runtime runs on CPU, not {device!r}; "
+                                   "use --encoder-runtime torch on GPUs")
+        if precision not in ("auto", "fp32"):
+            raise OnnxBackendError(f"the onnx encoder runtime computes in fp32 (or int8 with onnx-int8), "
+                                   f"not {precision!r}")
+        _require_onnxruntime()
+        super().__init__(model, device="cpu", precision="fp32", num_threads=num_threads, **kwargs)
+        if self.head is None:
+            raise OnnxBackendError(f"{model}: unknown masked-LM layout {type(self.model).__name__}; "
+                                   "use --encoder-runtime torch")
+        self.runtime = runtime
+        self.onnx_path = self._cached_export(cache_dir)
+        self.session = _session(self.onnx_path, int(num_threads or torch.get_num_threads()))
+        self.head = _Head(self._run_body, self.head.transform, self.head.weight, self.head.bias)
+        base = self.model.base_model
+        base.encoder = None  # the torch body is not used any more: free its layers
+        base.embeddings = None
+
+    def _cached_export(self, cache_dir) -> Path:
+        from filelock import FileLock
+
+        out = onnx_body_path(self.model_path, self.runtime, cache_dir)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(out) + ".lock"):
+            if (out / OnnxExportConfig.FILENAME).exists() and (out / "model.onnx").exists():
+                saved = OnnxExportConfig.load(out)
+                if saved.weights_sha256 == _weights_sha256(self.model_path) and saved.runtime == self.runtime:
+                    return out / "model.onnx"
+                logger.info("%s: the cached ONNX export is for other weights; exporting again", out)
+            return export_onnx_body(self.model, self.model_path, out, self.runtime, self.special_ids)
+
+    def _run_body(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()})[0]
+        return torch.from_numpy(hidden)
+
+    def __repr__(self) -> str:
+        return (f"OnnxSparseDocumentEncoder({self.model_path!r}, runtime={self.runtime}, onnx={str(self.onnx_path)!r}, "
+                f"batch_size={self.batch_size}, max_length={self.max_length}, vocab={self.vocab_size})")
+
+
+def open_document_encoder(model: str | os.PathLike, *, runtime: EncoderRuntime = "torch",
+                          **kwargs) -> SparseDocumentEncoder:
+    """The document encoder for ``runtime``: torch (:class:`~.encoder.SparseDocumentEncoder`, any
+    device) or ONNX Runtime (:class:`OnnxSparseDocumentEncoder`, CPU)."""
+    if runtime not in get_args(EncoderRuntime):
+        raise ValueError(f"encoder runtime {runtime!r} is not one of {', '.join(get_args(EncoderRuntime))}")
+    if runtime == "torch":
+        return SparseDocumentEncoder(model, **kwargs)
+    return OnnxSparseDocumentEncoder(model, runtime=runtime, **kwargs)

@@ -1,0 +1,121 @@
+"""The ONNX Runtime encoder (encoding/onnx_backend.py) gives the torch encoder's vectors and keys."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
+from opensearch_lsr.encoding.onnx_backend import (OnnxBackendError, OnnxExportConfig,  # noqa: E402
+                                                  OnnxSparseDocumentEncoder, open_document_encoder)
+
+TEXTS = ["the cat is in the house", "seoul is the capital of korea", "a dog", "paris",
+         "the river water of the city of paris france is a road " * 3, "books school cats dogs"]
+KO = ["서울은 한국의 수도입니다. 한강이 도시를 가로질러 흐릅니다.", "손바닥에 작은 돌기가 생기는 가장 흔한 원인은 습진입니다. " * 4,
+      "파리", "what is the capital of france? " * 12]
+
+
+def _assert_same_vectors(a, b, atol: float) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert np.array_equal(x.ids, y.ids), "the ONNX path must activate exactly the same keys"
+        np.testing.assert_allclose(x.weights, y.weights, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_onnx_equals_torch_tiny(tiny_source_dir, tmp_path, batch_size):
+    torch_enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batch_size=batch_size)
+    onnx_enc = OnnxSparseDocumentEncoder(tiny_source_dir, cache_dir=tmp_path, batch_size=batch_size, num_threads=1)
+    assert onnx_enc.special_ids == torch_enc.special_ids
+    _assert_same_vectors(torch_enc.encode(TEXTS), onnx_enc.encode(TEXTS), atol=1e-5)
+    config = OnnxExportConfig.load(tmp_path / "onnx")
+    assert config.fused and config.parity_max_abs <= 1e-4 and config.runtime == "onnx"
+
+
+def test_onnx_equals_torch_splade_tiny_korean(splade_tiny_dir, tmp_path):
+    texts = KO + TEXTS
+    ref = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batch_size=3).encode(texts)
+    got = open_document_encoder(splade_tiny_dir, runtime="onnx", cache_dir=tmp_path, batch_size=3).encode(texts)
+    _assert_same_vectors(ref, got, atol=1e-4)
+
+
+def test_export_is_cached_and_redone_for_new_weights(tiny_source_dir, tmp_path, monkeypatch):
+    import opensearch_lsr.encoding.onnx_backend as ob
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_source_dir, model_dir)
+    calls = []
+    real = ob.export_onnx_body
+    monkeypatch.setattr(ob, "export_onnx_body", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = OnnxSparseDocumentEncoder(model_dir, num_threads=1)
+    assert first.onnx_path == model_dir / "onnx-lsr" / "onnx" / "model.onnx" and len(calls) == 1
+    OnnxSparseDocumentEncoder(model_dir, num_threads=1)
+    assert len(calls) == 1, "an up-to-date export must be reused"
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(str(model_dir))
+    with torch.no_grad():
+        model.cls.predictions.bias.add_(0.25)
+    model.save_pretrained(str(model_dir))
+    changed = OnnxSparseDocumentEncoder(model_dir, num_threads=1)
+    assert len(calls) == 2, "changed weights must be exported again"
+    _assert_same_vectors(SparseDocumentEncoder(model_dir, device="cpu").encode(TEXTS), changed.encode(TEXTS), 1e-5)
+
+
+def test_int8_is_quantized_and_close(splade_tiny_dir, tmp_path):
+    import onnx
+
+    enc = OnnxSparseDocumentEncoder(splade_tiny_dir, runtime="onnx-int8", cache_dir=tmp_path, num_threads=1)
+    ops = {n.op_type for n in onnx.load(str(enc.onnx_path)).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} & ops or "QAttention" in ops, ops
+    texts = KO + TEXTS
+    ref = SparseDocumentEncoder(splade_tiny_dir, device="cpu").encode(texts)
+    got = enc.encode(texts)
+    jacc = [len(set(a.ids) & set(b.ids)) / len(set(a.ids) | set(b.ids)) for a, b in zip(ref, got)]
+    assert min(jacc) > 0.5 and np.mean(jacc) > 0.8
+    for v in got:
+        assert (v.weights > 0).all() and np.isfinite(v.weights).all() and (np.diff(v.ids) > 0).all()
+    assert not np.array_equal(ref[0].weights, got[0].weights), "int8 must actually change the computation"
+
+
+def test_clear_errors(tiny_source_dir, tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="torch, onnx, onnx-int8"):
+        open_document_encoder(tiny_source_dir, runtime="tensorrt")
+    with pytest.raises(OnnxBackendError, match="CPU"):
+        OnnxSparseDocumentEncoder(tiny_source_dir, device="cuda", cache_dir=tmp_path)
+    with pytest.raises(OnnxBackendError, match="fp32"):
+        OnnxSparseDocumentEncoder(tiny_source_dir, precision="bf16", cache_dir=tmp_path)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    with pytest.raises(OnnxBackendError, match=r"pip install 'opensearch-lsr\[onnx\]'"):
+        OnnxSparseDocumentEncoder(tiny_source_dir, cache_dir=tmp_path)
+
+
+def test_index_job_with_onnx_runtime_writes_the_same_documents(tmp_path, tiny_source_dir, small_corpus):
+    from opensearch_lsr.encoding.job import IndexJobConfig, IndexJobError, run_index_job
+
+    docs = {}
+    for runtime in ("torch", "onnx"):
+        out = tmp_path / f"out_{runtime}"
+        cfg = IndexJobConfig(corpus=str(small_corpus), model=str(tiny_source_dir), backend="ndjson", index=str(out),
+                             encoder_runtime=runtime, batch_size=8, threads=1)
+        summary = run_index_job(cfg, progress=False)
+        assert summary["indexed"] == 40 and summary["encoder"]["runtime"] == runtime
+        lines = [json.loads(x) for f in sorted(out.glob("*.ndjson")) for x in f.read_text().splitlines()]
+        docs[runtime] = {lines[i]["index"]["_id"]: lines[i + 1]["sparse_embedding"] for i in range(0, len(lines), 2)}
+    assert docs["torch"].keys() == docs["onnx"].keys()
+    for key, vec in docs["torch"].items():
+        other = docs["onnx"][key]
+        assert vec.keys() == other.keys()
+        assert max(abs(vec[k] - other[k]) for k in vec) <= 1e-5
+    with pytest.raises(ValueError, match="encoder_runtime"):
+        IndexJobConfig(corpus=str(small_corpus), model="x", backend="local", index="i", encoder_runtime="fast")
+    with pytest.raises(IndexJobError, match="CPU only"):
+        run_index_job(IndexJobConfig(corpus=str(small_corpus), model=str(tiny_source_dir), backend="ndjson",
+                                     index=str(tmp_path / "gpu"), encoder_runtime="onnx", device="cuda:0"),
+                      progress=False)
