@@ -33,16 +33,20 @@ MIN_MERGE_DOCS = 1_000
 #: Above this many segments the newest MERGE_FACTOR are merged whatever their levels.
 MAX_SEGMENTS = 48
 _CHUNK_ROWS = 32_768
-_FLUSH_POSTINGS = 1 << 22
+_FLUSH_POSTINGS = 1 << 20
 
 
 def _level(docs: int, factor: int, min_docs: int) -> int:
     return max(0, int(math.floor(math.log(max(docs, 1) / min_docs, factor)))) if docs >= min_docs else 0
 
 
-def plan_merge(doc_counts: Sequence[int], factor: int = MERGE_FACTOR, min_docs: int = MIN_MERGE_DOCS,
-               max_segments: int = MAX_SEGMENTS) -> int | None:
-    """Start of the run of newest segments to merge next (it ends at the newest), or ``None``."""
+def plan_merge(doc_counts: Sequence[int], factor: int | None = None, min_docs: int | None = None,
+               max_segments: int | None = None) -> int | None:
+    """Start of the run of newest segments to merge next (it ends at the newest), or ``None``
+    (defaults: the module's :data:`MERGE_FACTOR`, :data:`MIN_MERGE_DOCS`, :data:`MAX_SEGMENTS`)."""
+    factor = MERGE_FACTOR if factor is None else factor
+    min_docs = MIN_MERGE_DOCS if min_docs is None else min_docs
+    max_segments = MAX_SEGMENTS if max_segments is None else max_segments
     if factor < 2:
         raise ValueError(f"merge factor must be >= 2, got {factor}")
     n = len(doc_counts)

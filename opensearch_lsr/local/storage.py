@@ -162,8 +162,7 @@ def write_segment(path: Path, seg: Segment) -> None:
     _save(tmp / "src.off.npy", offs)
     fields = {}
     for k, (fname, (mat, terms)) in enumerate(seg.fields.items()):
-        mat = sp.csr_matrix(mat, dtype=np.float32)
-        mat.sort_indices()
+        mat = sp.csr_matrix(mat, dtype=np.float32)  # rows keep the client's feature order (as _source does)
         _save(tmp / f"f{k}.rows.npy", mat.indptr.astype(np.int64))
         _save(tmp / f"f{k}.cols.npy", mat.indices.astype(np.int32))
         _save(tmp / f"f{k}.vals.npy", mat.data.astype(np.float32))
