@@ -45,10 +45,21 @@ __all__ = ["index_command"]
 @click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--engine", type=click.Choice(["single", "ray"]), default="single", show_default=True,
+              help="single: this process (checkpointed); ray: Ray Data, a pool of encoder actors writing from "
+                   "the workers (blocks of --chunk-docs records; needs the 'ray' extra).")
+@click.option("--workers", type=int, default=1, show_default=True, help="--engine ray: encoder actors.")
+@click.option("--address", default=None,
+              help="--engine ray: an existing Ray cluster (auto, ray://host:10001) [default: start a local one].")
+@click.option("--num-gpus-per-worker", type=float, default=0.0, show_default=True,
+              help="--engine ray: GPUs per encoder actor (0: encode on CPU).")
+@click.option("--cpus-per-worker", type=float, default=1.0, show_default=True,
+              help="--engine ray: CPUs Ray reserves per actor (also its torch threads unless --threads).")
 @connection_options
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, **conn):
+                  chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, engine,
+                  workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
     """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
 
     \b
@@ -72,6 +83,12 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
     deterministic, so after any interruption (kill -9 included) --resume neither loses nor
     duplicates a document. Prints a JSON summary (indexed, skipped by reason, dead-lettered,
     throughput, peak memory), also saved as <work-dir>/summary.json.
+    \b
+    --engine ray: Ray Data reads the corpus in blocks of --chunk-docs records, --workers actors
+    (one model load each; --num-gpus-per-worker GPUs) encode and write from the workers (the local
+    backend through one writer, the driver). Same _ids, reports and dead letters; a killed actor is
+    restarted and its block retried (writes are idempotent); <work-dir>/ray_blocks.jsonl lists the
+    completed blocks, which --resume skips.
     """
     from ..encoding.job import IndexJobConfig, run_index_job
     from ..opensearch.client import client_from_options
@@ -92,6 +109,19 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
         factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")
-        summary = run_index_job(config, resume=resume, restart=restart, client_factory=factory,
-                                progress=not no_progress)
+        if engine == "ray":
+            from ..encoding.ray_job import RayOptions, run_ray_index_job
+
+            options = RayOptions(workers=workers, address=address, num_gpus_per_worker=num_gpus_per_worker,
+                                 cpus_per_worker=cpus_per_worker)
+            summary = run_ray_index_job(config, options, resume=resume, restart=restart, client_factory=factory,
+                                        progress=not no_progress)
+        else:
+            given = [f"--{n.replace('_', '-')}" for n, v, d in (("workers", workers, 1), ("address", address, None),
+                     ("num_gpus_per_worker", num_gpus_per_worker, 0.0), ("cpus_per_worker", cpus_per_worker, 1.0))
+                     if v != d]
+            if given:
+                fail(f"{', '.join(given)} only apply with --engine ray")
+            summary = run_index_job(config, resume=resume, restart=restart, client_factory=factory,
+                                    progress=not no_progress)
     echo_json(summary)

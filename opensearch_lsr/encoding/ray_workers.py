@@ -1,0 +1,256 @@
+"""What runs on the Ray workers of ``lsr-os index --engine ray``: the corpus read tasks and the encoder actors.
+
+* :class:`CorpusBlocksDatasource` is a Ray Data ``Datasource`` with one read task per planned block
+  (a line/row range of the corpus, cut by :func:`opensearch_lsr.encoding.ray_job.plan_blocks`). Each
+  task reads its range with the single-process job's reader
+  (:func:`~opensearch_lsr.encoding.readers.read_corpus`, seeking to the block's byte offset) and
+  drops what the plan decided to skip (bad input, later duplicates), so the workers see exactly the
+  records the single-process job would encode.
+* :class:`BlockEncoder` is the stateful ``map_batches`` callable: one model load per actor
+  (:class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` on CPU or on the actor's GPU), the
+  512-token policy and documents as :mod:`opensearch_lsr.encoding.job` builds them, then the write
+  from the worker (OpenSearch/Elasticsearch ``_bulk`` through the job's writers, or an NDJSON file per
+  block). It returns one small row per block: counts and dead letters, or, for the local backend (one
+  writer process only), the documents for the driver to write.
+* :class:`NdjsonBlockWriter`: ``_bulk`` NDJSON, one file per block, written to a temp name and renamed,
+  so a retried task replaces the file instead of appending a second copy.
+
+Idempotence is what makes Ray's retries safe: ``_id`` is deterministic (corpus id or sha1 of the text),
+so a block written twice (an actor killed after its ``_bulk`` call, the task retried) overwrites itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..engines.base import BulkOutcome
+from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, split_passages
+from .indexing import build_actions
+from .readers import BadRecord, read_corpus
+
+__all__ = ["PlanBlock", "CorpusBlocksDatasource", "read_block", "encode_records", "BlockEncoder",
+           "NdjsonBlockWriter", "dead_letter_entry", "RESULT_COLUMNS"]
+
+#: Integer columns of the per-block rows :class:`BlockEncoder` returns.
+RESULT_COLUMNS = ("block", "first_position", "records", "indexed", "dead_lettered", "truncated", "split_docs", "passages",
+                  "nonfinite_dropped")
+
+
+@dataclass
+class PlanBlock:
+    """A line/row range of the corpus: read after ``start`` (with ``offset``, its byte offset) up to and
+    including ``end``; ``records`` are encoded, the positions in ``skip`` (duplicate ids) are not."""
+
+    block: int
+    start: int
+    offset: int | None
+    end: int
+    records: int
+    skip: list[int] = field(default_factory=list)
+
+
+def read_block(corpus: str, fmt: str | None, reader_kwargs: dict[str, Any], block: PlanBlock) -> list:
+    """The records of one block as a one-table list (Ray Data's block format: a pyarrow Table)."""
+    import pyarrow as pa
+
+    skip = set(block.skip)
+    cols: dict[str, list] = {"block": [], "position": [], "doc_id": [], "text": [], "source": []}
+    for item in read_corpus(corpus, fmt, position=block.start, offset=block.offset, **reader_kwargs):  # type: ignore[arg-type]
+        if item.position > block.end:
+            break
+        if isinstance(item, BadRecord) or item.position in skip:
+            continue
+        cols["block"].append(block.block)
+        cols["position"].append(item.position)
+        cols["doc_id"].append(item.doc_id)
+        cols["text"].append(item.text)
+        cols["source"].append(item.source)
+    if len(cols["text"]) != block.records:
+        raise RuntimeError(f"block {block.block} of {corpus} holds {len(cols['text'])} records, the plan counted "
+                           f"{block.records}: the corpus changed since the job was planned")
+    schema = pa.schema([("block", pa.int64()), ("position", pa.int64()), ("doc_id", pa.string()),
+                        ("text", pa.string()), ("source", pa.string())])
+    return [pa.Table.from_pydict(cols, schema=schema)]
+
+
+try:  # the optional ``ray`` extra; without it this module imports, and the job says what to install
+    from ray.data import Datasource as _Datasource
+except ImportError:  # pragma: no cover - exercised only without ray
+    _Datasource = object  # type: ignore[assignment,misc]
+
+
+class CorpusBlocksDatasource(_Datasource):  # type: ignore[misc,valid-type]
+    """Ray Data source over planned corpus blocks: one read task (and one output block) per block.
+
+    Ray Data has readers for JSON and Parquet, but they cannot report a bad line with its ``file:line``
+    and go on, nor resume inside a file; this source keeps the job's own reader and policy.
+    """
+
+    def __init__(self, corpus: str, fmt: str | None, blocks: Sequence[PlanBlock], reader_kwargs: dict[str, Any],
+                 size_bytes: int | None = None) -> None:
+        super().__init__()
+        self.corpus, self.fmt, self.blocks, self.reader_kwargs = corpus, fmt, list(blocks), reader_kwargs
+        self.size_bytes = size_bytes
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return self.size_bytes
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list:
+        """One task per block, whatever ``parallelism`` asks: a block is the unit of completion."""
+        import functools
+
+        from ray.data.block import BlockMetadata
+        from ray.data.datasource import ReadTask
+
+        per_row = (self.size_bytes or 0) // max(1, sum(b.records for b in self.blocks))
+        return [ReadTask(functools.partial(read_block, self.corpus, self.fmt, self.reader_kwargs, b),
+                         BlockMetadata(num_rows=b.records, size_bytes=per_row * b.records or None,
+                                       input_files=[self.corpus], exec_stats=None))
+                for b in self.blocks]
+
+
+def encode_records(encoder, builder: DocumentBuilder, records: Sequence[tuple[str | None, str]],
+                   long_text: LongTextPolicy) -> tuple[list[dict], Counter]:
+    """Bulk actions for ``(doc_id, text)`` records, with the single-process job's 512-token policy
+    (``truncate``: count texts over the cap; ``split``: nested passages) and counters."""
+    texts = [t for _, t in records]
+    over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if texts else []
+    counters: Counter = Counter()
+    if long_text != "split":
+        counters["truncated"] += sum(over)
+        return build_actions(records, encoder.encode(texts) if texts else [], builder), counters
+    pieces = [split_passages(t, encoder.tokenizer, encoder.max_length) if o else [t] for t, o in zip(texts, over)]
+    vectors = encoder.encode([p for ps in pieces for p in ps]) if texts else []
+    actions, k = [], 0
+    for (doc_id, text), ps in zip(records, pieces):
+        did = doc_id_for(doc_id, text)
+        actions.append({"_id": did, "_source": builder.nested_source(did, text, ps, vectors[k:k + len(ps)])})
+        k += len(ps)
+    counters["split_docs"] += sum(over)
+    counters["passages"] += k
+    return actions, counters
+
+
+def dead_letter_entry(outcome: BulkOutcome, source: str | None) -> dict[str, Any]:
+    """A ``dead_letter.jsonl`` entry, as the single-process job writes it."""
+    reason = outcome.error.get("reason") if isinstance(outcome.error, dict) else str(outcome.error)
+    return {"_id": outcome.doc_id, "source": source, "status": outcome.status, "reason": reason,
+            "error": outcome.error}
+
+
+class NdjsonBlockWriter:
+    """``_bulk`` NDJSON for one block per file (``bulk-b<block>-<first position>.ndjson``).
+
+    The lines are those of :class:`~opensearch_lsr.encoding.writers.NdjsonWriter`; the file appears
+    under its final name only when complete (temp file, fsync, rename), so a retry or a re-run of the
+    block replaces it.
+    """
+
+    def __init__(self, directory: str | os.PathLike, index: str) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.index = index
+
+    @staticmethod
+    def file_name(block: int, first_position: int) -> str:
+        return f"bulk-b{block:07d}-{first_position:010d}.ndjson"
+
+    def write_block(self, block: int, first_position: int, actions: Sequence[dict]) -> list[BulkOutcome]:
+        final = self.dir / self.file_name(block, first_position)
+        tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as fh:
+            for action in actions:
+                meta = {"index": {"_index": self.index, "_id": action["_id"]}}
+                fh.write(json.dumps(meta, ensure_ascii=False).encode("utf-8") + b"\n")
+                fh.write(json.dumps(action["_source"], ensure_ascii=False).encode("utf-8") + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        return [BulkOutcome(str(a["_id"]), True, 201) for a in actions]
+
+    def close(self) -> None:
+        return None
+
+
+def _groups(blocks: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, stop)`` row ranges of consecutive equal block numbers."""
+    cuts = [0] + [i for i in range(1, len(blocks)) if blocks[i] != blocks[i - 1]] + [len(blocks)]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+class BlockEncoder:
+    """The ``map_batches`` callable class: one encoder per actor, one result row per block in a batch.
+
+    Args:
+        model: the SparseEncoder dir (as ``lsr-os index --model``).
+        encoder_kwargs: :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` options
+            (``device`` is the actor's: ``cuda`` when it was given a GPU, else ``cpu``).
+        builder_kwargs: :class:`~opensearch_lsr.encoding.documents.DocumentBuilder` options except ``keys``.
+        long_text: the 512-token policy.
+        writer_factory: makes the actor's writer (``write(actions) -> outcomes``, or
+            :class:`NdjsonBlockWriter`); ``None``: return the documents to the driver (local backend).
+        threads: torch CPU threads of this actor.
+    """
+
+    def __init__(self, model: str, *, encoder_kwargs: dict[str, Any], builder_kwargs: dict[str, Any],
+                 long_text: LongTextPolicy = "truncate", writer_factory: Callable[[], Any] | None = None,
+                 threads: int | None = None) -> None:
+        import torch
+
+        from .encoder import SparseDocumentEncoder
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if threads:
+            torch.set_num_threads(int(threads))
+        device = encoder_kwargs.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.encoder = SparseDocumentEncoder(model, device=device, **encoder_kwargs)
+        keys = self.encoder.keys if builder_kwargs.get("key_format", "word") == "word" else None
+        self.builder = DocumentBuilder(keys, **builder_kwargs)
+        self.long_text = long_text
+        self.writer = writer_factory() if writer_factory is not None else None
+
+    def _write(self, block: int, first_position: int, actions: list[dict]) -> list[BulkOutcome]:
+        if isinstance(self.writer, NdjsonBlockWriter):
+            return self.writer.write_block(block, first_position, actions)
+        return self.writer.write(actions) if actions else []
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows: dict[str, list] = {c: [] for c in (*RESULT_COLUMNS, "dead", "actions", "sources")}
+        for start, stop in _groups(batch["block"]):
+            block = int(batch["block"][start])
+            records = [(None if d is None else str(d), str(t))
+                       for d, t in zip(batch["doc_id"][start:stop], batch["text"][start:stop])]
+            sources = [str(s) for s in batch["source"][start:stop]]
+            dropped = self.encoder.stats.nonfinite_dropped
+            actions, counters = encode_records(self.encoder, self.builder, records, self.long_text)
+            counters["nonfinite_dropped"] += self.encoder.stats.nonfinite_dropped - dropped
+            dead: list[dict] = []
+            if self.writer is None:  # the driver writes (local backend: one writer process)
+                rows["actions"].append(json.dumps(actions, ensure_ascii=False))
+                rows["sources"].append(json.dumps(sources, ensure_ascii=False))
+            else:
+                by_id = {a["_id"]: s for a, s in zip(actions, sources)}
+                for out in self._write(block, int(batch["position"][start]), actions):
+                    if out.ok:
+                        counters["indexed"] += 1
+                    else:
+                        counters["dead_lettered"] += 1
+                        dead.append(dead_letter_entry(out, by_id.get(out.doc_id)))
+                rows["actions"].append("")
+                rows["sources"].append("")
+            rows["dead"].append(json.dumps(dead, ensure_ascii=False, default=str))
+            counters["block"], counters["records"] = block, stop - start
+            counters["first_position"] = int(batch["position"][start])
+            for c in RESULT_COLUMNS:
+                rows[c].append(int(counters.get(c, 0)))
+        out = {c: np.asarray(rows[c], dtype=np.int64) for c in RESULT_COLUMNS}
+        out.update({c: np.asarray(rows[c], dtype=object) for c in ("dead", "actions", "sources")})
+        return out

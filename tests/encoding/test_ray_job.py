@@ -1,0 +1,219 @@
+"""``lsr-os index --engine ray``: same documents and counts as the single-process job, a killed worker,
+a stopped and re-run job, bad input, and the sinks (NDJSON, local, OpenSearch double, fake ``_bulk``).
+
+One local Ray cluster (2 CPUs) for the module; the model is the 1-layer test model, so the time is
+Ray's start-up and the actors' (torch import, one model load each).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from opensearch_lsr.encoding.documents import doc_id_for  # noqa: E402
+from opensearch_lsr.encoding.job import IndexJobConfig, IndexJobError, run_index_job  # noqa: E402
+from opensearch_lsr.encoding.ray_job import LEDGER, RayOptions, run_ray_index_job  # noqa: E402
+from opensearch_lsr.encoding.ray_workers import BlockEncoder  # noqa: E402
+
+WORDS = ["house", "cat", "dog", "capital", "city", "paris", "france", "seoul", "korea", "water", "river"]
+
+
+def _text(i: int) -> str:
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(3 + i % 6)) + f" {i}"
+
+
+def _corpus(path: Path, n: int) -> tuple[Path, set[str]]:
+    """``n`` documents plus bad input: a malformed line, a duplicate id, an empty text, a blank line,
+    a document without an id (sha1 id)."""
+    lines = [json.dumps({"_id": f"d{i}", "title": "", "text": _text(i)}) for i in range(n)]
+    lines.insert(3, "{broken json")
+    lines.insert(8, json.dumps({"_id": "d1", "text": "duplicate of d1"}))
+    lines.insert(12, json.dumps({"_id": "empty", "text": " "}))
+    lines.insert(20, "")
+    lines.append(json.dumps({"text": "a document without id"}))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, {f"d{i}" for i in range(n)} | {doc_id_for(None, "a document without id")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster():
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()
+
+
+def _ndjson_docs(directory: Path) -> tuple[dict[str, dict], int]:
+    """``{_id: _source}`` over every ``bulk-*.ndjson`` file, and the number of documents (duplicates count)."""
+    docs, n = {}, 0
+    for path in sorted(directory.glob("bulk-*.ndjson")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for meta, src in zip(lines[::2], lines[1::2]):
+            docs[json.loads(meta)["index"]["_id"]] = json.loads(src)
+            n += 1
+    return docs, n
+
+
+COUNTS = ("indexed", "dead_lettered", "skipped", "truncated", "generated_ids", "utf8_replaced")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_source_dir):
+    """The single-process job's NDJSON output, summary and skipped report on the shared corpus."""
+    tmp = tmp_path_factory.mktemp("single")
+    corpus, valid = _corpus(tmp / "c.jsonl", 45)
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(tmp / "out"),
+                         chunk_docs=8, batch_size=4)
+    summary = run_index_job(cfg, progress=False)
+    docs, n = _ndjson_docs(tmp / "out")
+    assert n == len(docs) == len(valid)
+    return {"corpus": corpus, "valid": valid, "summary": summary, "docs": docs,
+            "skipped": Path(summary["skipped_file"]).read_text(encoding="utf-8")}
+
+
+def _config(reference, tmp_path, backend: str, index: str, **kw) -> IndexJobConfig:
+    return IndexJobConfig(corpus=str(reference["corpus"]), model=str(kw.pop("model")), backend=backend,
+                          index=index, chunk_docs=8, batch_size=4, **kw)
+
+
+def test_ndjson_same_documents_counts_and_bad_input_as_single_process(reference, tmp_path, tiny_source_dir):
+    cfg = _config(reference, tmp_path, "ndjson", str(tmp_path / "out"), model=tiny_source_dir)
+    summary = run_ray_index_job(cfg, RayOptions(workers=2), progress=False)
+    docs, n = _ndjson_docs(tmp_path / "out")
+    assert n == len(docs) == len(reference["valid"])               # nothing duplicated
+    assert docs == reference["docs"]                                 # identical ids, texts and weights
+    assert {k: summary[k] for k in COUNTS} == {k: reference["summary"][k] for k in COUNTS}
+    assert summary["skipped"] == {"blank_line": 1, "duplicate_id": 1, "empty_text": 1, "malformed": 1}
+    assert summary["blocks"] == {"total": 6, "done_before": 0, "this_run": 6, "docs_per_block": 8}
+    skipped = Path(summary["skipped_file"]).read_text(encoding="utf-8")
+    assert skipped == reference["skipped"]                           # same report, file:line, same order
+    assert [(r["source"], r["reason"]) for r in map(json.loads, skipped.splitlines())] == [
+        ("c.jsonl:4", "malformed"), ("c.jsonl:9", "duplicate_id"), ("c.jsonl:13", "empty_text")]
+    with pytest.raises(IndexJobError, match="--resume"):            # a ledger is not silently overwritten
+        run_ray_index_job(cfg, RayOptions(workers=2), progress=False)
+
+
+def test_local_backend_single_writer_same_documents(reference, tmp_path, tiny_source_dir):
+    from opensearch_lsr.local.index import LocalIndex
+
+    cfg = _config(reference, tmp_path, "local", str(tmp_path / "idx"), model=tiny_source_dir)
+    summary = run_ray_index_job(cfg, RayOptions(workers=1), progress=False)
+    assert summary["indexed"] == len(reference["valid"]) and summary["dead_lettered"] == 0
+    idx = LocalIndex.open(tmp_path / "idx")
+    idx.refresh()
+    assert idx.count() == len(reference["valid"])
+    hits = idx.search({"query": {"match_all": {}}, "size": 100})["hits"]["hits"]
+    got = {h["_id"]: h["_source"] for h in hits}
+    assert set(got) == reference["valid"]
+    ref = reference["docs"]
+    for did, src in got.items():  # stored sources: same text and same keys (weights are stored 9-bit)
+        assert src["text"] == ref[did]["text"] and set(src["sparse_embedding"]) == set(ref[did]["sparse_embedding"])
+
+
+def _crash_once(marker: Path) -> type:
+    """A :class:`BlockEncoder` whose first write anywhere is followed by ``os._exit`` (once: marker file)."""
+
+    class CrashAfterFirstWrite(BlockEncoder):
+        def _write(self, block, first_position, actions):
+            outcomes = super()._write(block, first_position, actions)
+            try:
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return outcomes
+            os.write(fd, f"{os.getpid()} {block}".encode())
+            os.close(fd)
+            os._exit(1)  # the actor process dies after its _bulk was acknowledged, before returning
+
+    return CrashAfterFirstWrite
+
+
+def test_killed_worker_is_retried_nothing_lost_or_duplicated(reference, tmp_path, tiny_source_dir, fake_bulk):
+    from opensearch_lsr.opensearch.client import make_client
+
+    fail_ids = {"d5", "d30"}
+    target = fake_bulk(fail_ids=fail_ids, flaky_ids={"d17"})
+    url = target.url
+    cfg = _config(reference, tmp_path, "opensearch", "idx", model=tiny_source_dir, work_dir=str(tmp_path / "w"))
+    marker = tmp_path / "crashed"
+    summary = run_ray_index_job(cfg, RayOptions(workers=2), client_factory=lambda: make_client(url),
+                                actor_class=_crash_once(marker), progress=False)
+    assert marker.exists()                                           # an actor did die mid-run
+    valid = reference["valid"]
+    assert set(target.docs) == valid - fail_ids                      # nothing lost
+    assert max(target.writes.values()) == 2                          # the killed block was written again ...
+    assert summary["indexed"] == len(valid) - len(fail_ids)          # ... and counted once
+    assert summary["dead_lettered"] == len(fail_ids)
+    dead = [json.loads(line) for line in Path(summary["dead_letter_file"]).read_text().splitlines()]
+    assert sorted(d["_id"] for d in dead) == sorted(fail_ids)       # dead letters exact, no duplicates
+    assert {d["source"] for d in dead} == {"c.jsonl:7", "c.jsonl:35"}
+    assert all(d["status"] == 400 and "injected failure" in d["reason"] for d in dead)
+    assert target.docs["d0"] == reference["docs"]["d0"]
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_stopped_then_rerun_skips_completed_blocks(reference, tmp_path, tiny_source_dir):
+    cfg = _config(reference, tmp_path, "ndjson", str(tmp_path / "out"), model=tiny_source_dir)
+    done: list[int] = []
+
+    def stop_after_two(block: int) -> None:
+        done.append(block)
+        if len(done) == 2:
+            raise _Stop()
+
+    with pytest.raises(_Stop):
+        run_ray_index_job(cfg, RayOptions(workers=2), progress=False, on_block=stop_after_two)
+    ledger = [json.loads(line) for line in (tmp_path / "out.job" / LEDGER).read_text().splitlines()]
+    assert sorted(e["block"] for e in ledger) == sorted(done)
+    from click.testing import CliRunner
+
+    from opensearch_lsr.cli import cli
+
+    args = ["index", "--corpus", str(reference["corpus"]), "--model", str(tiny_source_dir), "--backend", "ndjson",
+            "--index", str(tmp_path / "out"), "--chunk-docs", "8", "--batch-size", "4", "--no-progress"]
+    refused = CliRunner().invoke(cli, [*args, "--workers", "2"])
+    assert refused.exit_code != 0 and "only apply with --engine ray" in refused.output
+    res = CliRunner().invoke(cli, [*args, "--engine", "ray", "--workers", "2", "--resume"])
+    assert res.exit_code == 0, res.output
+    again = json.loads(res.stdout)
+    assert again["blocks"] == {"total": 6, "done_before": 2, "this_run": 4, "docs_per_block": 8}
+    first_two = sum(e["counters"]["indexed"] for e in ledger)
+    assert again["this_run"]["indexed"] == len(reference["valid"]) - first_two
+    docs, n = _ndjson_docs(tmp_path / "out")
+    assert n == len(docs) == len(reference["valid"]) and docs == reference["docs"]
+    assert {k: again[k] for k in COUNTS} == {k: reference["summary"][k] for k in COUNTS}
+    finished = run_ray_index_job(cfg, RayOptions(workers=1), resume=True, progress=False)
+    assert finished["blocks"]["this_run"] == 0 and finished["indexed"] == len(reference["valid"])
+
+
+def test_opensearch_double_sink(reference, tmp_path, tiny_source_dir):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "opensearch"))
+    from double.fixtures import make_double
+
+    from opensearch_lsr.encoding.documents import flat_mapping
+    from opensearch_lsr.opensearch.client import make_client
+
+    double = make_double("3.3.0")
+    try:
+        url = double.url
+        make_client(url).indices.create(index="ray-idx", body={"mappings": flat_mapping(text_analyzer=None)})
+        cfg = _config(reference, tmp_path, "opensearch", "ray-idx", model=tiny_source_dir,
+                      work_dir=str(tmp_path / "w"))
+        summary = run_ray_index_job(cfg, RayOptions(workers=2), client_factory=lambda: make_client(url),
+                                    progress=False)
+        client = make_client(url)
+        client.indices.refresh(index="ray-idx")
+        assert summary["indexed"] == len(reference["valid"]) == client.count(index="ray-idx")["count"]
+        got = client.get(index="ray-idx", id="d3")["_source"]
+        assert got["text"] == reference["docs"]["d3"]["text"]
+        assert double.violations == []
+    finally:
+        double.stop()
