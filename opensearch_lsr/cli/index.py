@@ -45,6 +45,10 @@ __all__ = ["index_command"]
 @click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--encoder-runtime", type=click.Choice(["torch", "onnx", "onnx-int8"]), default="torch", show_default=True,
+              help="Document encoder: torch (any device) or the transformer body in ONNX Runtime on CPU (onnx: fused "
+                   "fp32, same vectors; onnx-int8: int8 body). Needs pip install 'opensearch-lsr[onnx]'; the export "
+                   "is cached in <model>/onnx-lsr/.")
 @click.option("--engine", type=click.Choice(["single", "ray"]), default="single", show_default=True,
               help="single: this process (checkpointed); ray: Ray Data, a pool of encoder actors writing from "
                    "the workers (blocks of --chunk-docs records; needs the 'ray' extra).")
@@ -58,7 +62,7 @@ __all__ = ["index_command"]
 @connection_options
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, engine,
+                  chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, encoder_runtime, engine,
                   workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
     """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
 
@@ -105,7 +109,8 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 corpus_title_field=corpus_title_field, invalid_utf8=invalid_utf8,
                                 key_format=key_format, prune=prune, long_text=long_text, batch_size=batch_size,
                                 chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
-                                sparse_field=sparse_field, limit=limit, threads=threads)
+                                sparse_field=sparse_field, limit=limit, threads=threads,
+                                encoder_runtime=encoder_runtime)
         factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")

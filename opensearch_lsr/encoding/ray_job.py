@@ -270,8 +270,12 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
                 stale.unlink()
     factory, driver_writer = _worker_sink(config, writer_factory, client_factory)
     threads = config.threads or max(1, int(options.cpus_per_worker))
+    if config.encoder_runtime != "torch" and options.num_gpus_per_worker > 0:
+        raise IndexJobError(f"--encoder-runtime {config.encoder_runtime} runs on CPU only: use --encoder-runtime "
+                            "torch with --num-gpus-per-worker")
     encoder_kwargs = {"precision": config.precision, "batch_size": config.batch_size, "max_length": config.max_length,
-                      "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu"}
+                      "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
+                      "runtime": config.encoder_runtime}
     from ..pruning import parse_prune
 
     builder_kwargs = {"key_format": config.key_format, "prune": parse_prune(config.prune),
@@ -374,7 +378,7 @@ def _summary(config: IndexJobConfig, options: RayOptions, work: Path, plan: Corp
         "resumed": resumed,
         "this_run": {"indexed": indexed_now, "elapsed_s": round(elapsed, 3), "plan_s": round(plan_s, 3),
                      "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None},
-        "encoder": {"model": str(config.model), "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
+        "encoder": {"model": str(config.model), "runtime": config.encoder_runtime, "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
                     "precision": config.precision, "batch_size": config.batch_size,
                     "nonfinite_dropped": final.get("nonfinite_dropped", 0)},
         "ray": {"workers": options.workers, "address": options.address,

@@ -191,8 +191,9 @@ class BlockEncoder:
 
     Args:
         model: the SparseEncoder dir (as ``lsr-os index --model``).
-        encoder_kwargs: :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` options
-            (``device`` is the actor's: ``cuda`` when it was given a GPU, else ``cpu``).
+        encoder_kwargs: :func:`~opensearch_lsr.encoding.onnx_backend.open_document_encoder` options
+            (``runtime`` torch/onnx/onnx-int8; ``device`` is the actor's: ``cuda`` when it was given a GPU,
+            else ``cpu``).
         builder_kwargs: :class:`~opensearch_lsr.encoding.documents.DocumentBuilder` options except ``keys``.
         long_text: the 512-token policy.
         writer_factory: makes the actor's writer (``write(actions) -> outcomes``, or
@@ -205,13 +206,17 @@ class BlockEncoder:
                  threads: int | None = None) -> None:
         import torch
 
-        from .encoder import SparseDocumentEncoder
+        from .onnx_backend import open_document_encoder
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         if threads:
             torch.set_num_threads(int(threads))
-        device = encoder_kwargs.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.encoder = SparseDocumentEncoder(model, device=device, **encoder_kwargs)
+        kwargs = dict(encoder_kwargs)
+        device = kwargs.pop("device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+        runtime = kwargs.pop("runtime", "torch")
+        if runtime != "torch":
+            kwargs["num_threads"] = threads
+        self.encoder = open_document_encoder(model, runtime=runtime, device=device, **kwargs)
         keys = self.encoder.keys if builder_kwargs.get("key_format", "word") == "word" else None
         self.builder = DocumentBuilder(keys, **builder_kwargs)
         self.long_text = long_text

@@ -181,7 +181,7 @@ def test_stopped_then_rerun_skips_completed_blocks(reference, tmp_path, tiny_sou
             "--index", str(tmp_path / "out"), "--chunk-docs", "8", "--batch-size", "4", "--no-progress"]
     refused = CliRunner().invoke(cli, [*args, "--workers", "2"])
     assert refused.exit_code != 0 and "only apply with --engine ray" in refused.output
-    res = CliRunner().invoke(cli, [*args, "--engine", "ray", "--workers", "2", "--resume"])
+    res = CliRunner().invoke(cli, [*args, "--engine", "ray", "--workers", "1", "--resume"])
     assert res.exit_code == 0, res.output
     again = json.loads(res.stdout)
     assert again["blocks"] == {"total": 6, "done_before": 2, "this_run": 4, "docs_per_block": 8}
@@ -207,7 +207,7 @@ def test_opensearch_double_sink(reference, tmp_path, tiny_source_dir):
         make_client(url).indices.create(index="ray-idx", body={"mappings": flat_mapping(text_analyzer=None)})
         cfg = _config(reference, tmp_path, "opensearch", "ray-idx", model=tiny_source_dir,
                       work_dir=str(tmp_path / "w"))
-        summary = run_ray_index_job(cfg, RayOptions(workers=2), client_factory=lambda: make_client(url),
+        summary = run_ray_index_job(cfg, RayOptions(workers=1), client_factory=lambda: make_client(url),
                                     progress=False)
         client = make_client(url)
         client.indices.refresh(index="ray-idx")
