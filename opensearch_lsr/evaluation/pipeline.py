@@ -272,7 +272,10 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     query_side = config.resolved_query_encoder()
     qids, doc_ids = list(dataset.queries), list(dataset.corpus)
     qtexts, dtexts = [dataset.queries[q] for q in qids], [dataset.corpus[d] for d in doc_ids]
-    encoder = SparseKeyedEncoder(config.model)
+    from ..multilingual.milco import is_milco_dir
+
+    # a MILCO model's output ids span two vocabularies (LexEcho source view + English pivot): TOKEN_ID keys
+    encoder = SparseKeyedEncoder(config.model, key_format="token_id" if is_milco_dir(config.model) else "word")
 
     # documents -> index -------------------------------------------------------------------
     t0 = time.perf_counter()
