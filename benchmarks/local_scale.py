@@ -6,13 +6,20 @@ the call ``LocalEngine.bulk`` / ``lsr-os index --backend local`` make), queried 
 resumable process so that each holds the shared heavy-job lock for less than ~15 minutes and so
 that its peak resident memory (``VmHWM``) is its own::
 
-    # build (resumable: re-run the same command until it prints "done"), merge, query, report
-    python benchmarks/local_scale.py build --docs 1000000 --index runs/local_scale/idx-1m --max-minutes 14
-    python benchmarks/local_scale.py merge --index runs/local_scale/idx-1m
-    python benchmarks/local_scale.py query --index runs/local_scale/idx-1m --queries 300
-    python benchmarks/local_scale.py report --runs runs/local_scale --out benchmarks/results/scale/local.md
+    # one index grows through the sizes: build to 200k, query, build on to 1M, query, on to 5M, ...
+    python benchmarks/local_scale.py build --docs 200000 --index runs/local_scale/idx --max-minutes 13
+    python benchmarks/local_scale.py query --index runs/local_scale/idx --queries 300
+    python benchmarks/local_scale.py build --docs 1000000 --index runs/local_scale/idx --max-minutes 13
+    ...
+    python benchmarks/local_scale.py merge --index runs/local_scale/idx          # force-merge at the end
+    python benchmarks/local_scale.py query --index runs/local_scale/idx --tag merged
+    python benchmarks/local_scale.py report --index runs/local_scale/idx --out benchmarks/results/scale/local.md
     # how realistic the synthetic vectors are: their statistics next to SPLADE-tiny's on MS MARCO passages
     python benchmarks/local_scale.py stats --passages 2000
+
+``build`` is resumable (re-run the same command until it prints "done"); documents are generated
+deterministically by position, so the first 1M documents of the 5M index are those of the 1M one
+and a size's index time is the cumulative bulk time up to it.
 
 The synthetic distribution (:func:`synthetic_batch`): term ids drawn with replacement from a Zipf law
 (``p(rank r) ~ r^-s``) over a 30,522-term vocabulary (BERT uncased, what SPLADE models use) until a
@@ -138,8 +145,10 @@ def build(args: argparse.Namespace) -> None:
     eng = LocalEngine(index.parent)
     if not state:
         eng.create_index(index.name, exist_ok=False)
-        state = {"docs_target": args.docs, "batch": args.batch, "done": 0, "bulk_s": 0.0, "gen_s": 0.0,
-                 "runs": [], "command": " ".join(sys.argv)}
+        state = {"batch": args.batch, "done": 0, "bulk_s": 0.0, "gen_s": 0.0, "runs": [], "snapshots": {}}
+    state["docs_target"] = args.docs
+    state["rss_after_import"] = proc_status()["VmRSS"]  # interpreter + numpy/scipy + the package, no index
+    state.setdefault("commands", []).append(" ".join(sys.argv))
     names = token_names()
     t_start = time.perf_counter()
     run = {"start_done": state["done"], "peak_rss": 0, "peak_anon": 0}
@@ -169,6 +178,14 @@ def build(args: argparse.Namespace) -> None:
     run["end_done"] = state["done"]
     run["peak_rss"] = max(run["peak_rss"], proc_status()["VmHWM"])
     state["runs"].append(run)
+    if state["done"] >= state["docs_target"]:
+        runs = state["runs"]
+        state["snapshots"][str(state["done"])] = {
+            "docs": state["done"], "bulk_s": state["bulk_s"], "gen_s": state["gen_s"],
+            "peak_rss": max(r["peak_rss"] for r in runs), "peak_anon": max(r["peak_anon"] for r in runs),
+            "disk": du(index), "segments": len(json.loads((index / "manifest.json").read_text())["segments"]),
+            "commands": list(state["commands"])}
+        state["commands"] = []
     _save(state_file, state)
     print("done" if state["done"] >= state["docs_target"] else f"stopped at {state['done']} (re-run to resume)")
 
@@ -184,7 +201,7 @@ def merge(args: argparse.Namespace) -> None:
     idx.force_merge()
     took = time.perf_counter() - t0
     st = proc_status()
-    out = {"segments_before": before, "merge_s": took, "peak_rss": st["VmHWM"], "peak_anon": st["RssAnon"],
+    out = {"docs": idx.count(), "segments_before": before, "merge_s": took, "peak_rss": st["VmHWM"], "peak_anon": st["RssAnon"],
            "disk": du(index), "command": " ".join(sys.argv)}
     _save(_state_path(index, "merge"), out)
     print(json.dumps(out))
@@ -223,7 +240,8 @@ def query(args: argparse.Namespace) -> None:
            "mean_ms": float(np.mean(lat)), "mean_matched": float(np.mean(hits_total)),
            "rss_query": st["VmRSS"], "anon_query": st["RssAnon"], "peak_rss_query": st["VmHWM"],
            "disk": du(index), "command": " ".join(sys.argv)}
-    _save(_state_path(index, "query" + (f"-{args.tag}" if args.tag else "")), out)
+    out["tag"] = args.tag or str(n)
+    _save(_state_path(index, f"query-{out['tag']}"), out)
     print(json.dumps(out))
 
 
@@ -232,46 +250,56 @@ def _gib(b: float) -> str:
 
 
 def report(args: argparse.Namespace) -> None:
-    """The results table of every index under ``--runs`` (ratios against the smallest)."""
-    runs = Path(args.runs)
-    rows = []
-    for bfile in sorted(runs.glob("*.build.json")):
-        name = bfile.name[: -len(".build.json")]
-        b = _load(bfile)
-        q = _load(runs / f"{name}.query.json")
-        m = _load(runs / f"{name}.merge.json")
-        rows.append((b.get("done", 0), name, b, q, m))
-    rows.sort()
-    base = next((r for r in rows if r[3]), None)
-    lines = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d %H:%M %Z')}", "",
-             "| docs | index time (bulk) | docs/s | peak RSS indexing (anon) | force-merge s / peak RSS | "
-             "RSS querying (anon) | disk | segments | p50 ms | p95 ms | p50 ratio vs base | RSS ratio vs base |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for done, name, b, q, m in rows:
-        peak = max((r["peak_rss"] for r in b.get("runs", [])), default=0)
-        anon = max((r["peak_anon"] for r in b.get("runs", [])), default=0)
-        mtxt = f"{m['merge_s']:.0f} s / {_gib(m['peak_rss'])} GiB" if m else "-"
-        if q and base:
-            ratio = f"{q['p50_ms'] / base[3]['p50_ms']:.1f}x"
-            rratio = f"{q['rss_query'] / base[3]['rss_query']:.1f}x"
+    """The results table: one row per size snapshot of the index, ratios against the smallest."""
+    index = Path(args.index)
+    b = _load(_state_path(index, "build"))
+    m = _load(_state_path(index, "merge"))
+    queries = {q["tag"]: q for q in (_load(p) for p in index.parent.glob(index.name + ".query-*.json"))}
+    snaps = sorted(b.get("snapshots", {}).values(), key=lambda x: x["docs"])
+    base = next((queries[str(sn["docs"])] for sn in snaps if str(sn["docs"]) in queries), None)
+    base_snap = snaps[0] if snaps else None
+    lines = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
+             f"Resident memory of the build process before indexing anything (imports): "
+             f"{_gib(b.get('rss_after_import', 0))} GiB", "",
+             "| docs | index time (bulk only) | docs/s | peak RSS indexing (anon) | disk | segments | "
+             "RSS querying (anon) | p50 ms | p95 ms | mean matched docs | p50 / RSS-anon ratio vs first row |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for sn in snaps:
+        q = queries.get(str(sn["docs"]))
+        head = (f"| {sn['docs']:,} | {sn['bulk_s']:.0f} s | {sn['docs'] / max(sn['bulk_s'], 1e-9):,.0f} | "
+                f"{_gib(sn['peak_rss'])} GiB ({_gib(sn['peak_anon'])}) | {_gib(sn['disk'])} GiB | {sn['segments']} | ")
+        if q:
+            ratio = (f"{q['p50_ms'] / base['p50_ms']:.1f}x / {q['anon_query'] / base['anon_query']:.1f}x"
+                     if base else "-")
+            head += (f"{_gib(q['rss_query'])} GiB ({_gib(q['anon_query'])}) | {q['p50_ms']:.1f} | {q['p95_ms']:.1f} | "
+                     f"{q['mean_matched']:,.0f} | {ratio} |")
         else:
-            ratio = rratio = "-"
-        lines.append(
-            f"| {done:,} | {b['bulk_s']:.0f} s | {done / max(b['bulk_s'], 1e-9):,.0f} | {_gib(peak)} GiB "
-            f"({_gib(anon)}) | {mtxt} | "
-            + (f"{_gib(q['rss_query'])} GiB ({_gib(q['anon_query'])}) | {_gib(q['disk'])} GiB | {q['segments']} | "
-               f"{q['p50_ms']:.1f} | {q['p95_ms']:.1f} | {ratio} | {rratio} |" if q else "- | - | - | - | - | - | - |"))
-    lines += ["", "Commands:", ""]
-    for done, name, b, q, m in rows:
-        for part in (b, m, q):
-            if part.get("command"):
-                lines.append(f"- `{part['command']}`")
+            head += "- | - | - | - | - |"
+        lines.append(head)
+    if m:
+        q = queries.get("merged")
+        lines += ["", f"Force-merge at {m['docs']:,} docs: {m['segments_before']} segments -> 1 in {m['merge_s']:.0f} s, "
+                  f"peak RSS {_gib(m['peak_rss'])} GiB; disk after {_gib(m['disk'])} GiB."
+                  + (f" Queries on the merged index: p50 {q['p50_ms']:.1f} ms, p95 {q['p95_ms']:.1f} ms, "
+                     f"RSS {_gib(q['rss_query'])} GiB (anon {_gib(q['anon_query'])})." if q else "")]
+    lines += ["", "Commands (in order):", ""]
+    for sn in snaps:
+        lines += [f"- `{c}`" for c in sn.get("commands", [])]
+        q = queries.get(str(sn["docs"]))
+        if q:
+            lines.append(f"- `{q['command']}`")
+    if m:
+        lines.append(f"- `{m['command']}`")
+        if "merged" in queries:
+            lines.append(f"- `{queries['merged']['command']}`")
+    if base_snap is None:
+        lines.append("(no size reached yet)")
     text = "\n".join(lines) + "\n"
     if args.out:
         out = Path(args.out)
         head = out.read_text().split("<!-- table -->")[0] if out.exists() else ""
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(head + "<!-- table -->\n" + text if head else text)
+        out.write_text(head + "<!-- table -->\n" + text)
     print(text)
 
 
@@ -333,9 +361,9 @@ def main() -> None:
     q.add_argument("--queries", type=int, default=300)
     q.add_argument("--warmup", type=int, default=20)
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--tag", default="", help="suffix of the result file (e.g. merged)")
+    q.add_argument("--tag", default="", help="name of the result (default: the document count; e.g. merged)")
     r = sub.add_parser("report")
-    r.add_argument("--runs", default="runs/local_scale")
+    r.add_argument("--index", required=True)
     r.add_argument("--out", default=None)
     s = sub.add_parser("stats")
     s.add_argument("--passages", type=int, default=2000)

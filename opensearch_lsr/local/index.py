@@ -353,9 +353,9 @@ class LocalIndex:
             remove_segment(self.path / old)
 
     def refresh(self) -> None:
-        """Re-read the manifest and rebuild the searchable view (``POST <index>/_refresh``)."""
+        """Re-read the manifest and make the searchable view current (``POST <index>/_refresh``); the
+        view is rebuilt only when the segments changed (it is a function of them)."""
         self._reload_manifest()
-        self._view = None
         self._get_view()
 
     def _get_view(self) -> LiveView:
