@@ -79,6 +79,20 @@ def parallel_copy(dataset: str | Path, language: str, parallel: str | Path | Non
     return sibling
 
 
+def _only_sibling(root: Path) -> Path:
+    """The one sibling copy of ``root`` (same name stem, another language suffix), for a mixed corpus."""
+    own = language_of(root)
+    stem = re.sub(r"[-_][a-z]{2,3}$", "", root.resolve().name) if own else None
+    found = sorted(p for p in root.resolve().parent.glob(f"{stem}?*") if stem and p != root.resolve()
+                   and language_of(p) not in (None, own) and p.name[:len(stem)] == stem
+                   and len(p.name) - len(stem) in (3, 4) and (p / "corpus.jsonl").exists())
+    if len(found) != 1:
+        which = f" ({', '.join(p.name for p in found)})" if found else ""
+        raise CrossLingualError(f"a mixed corpus needs the other copy of {root}: {len(found)} sibling copies "
+                                f"found{which}; pass --parallel DIR or a --query-language other than the dataset's")
+    return found[0]
+
+
 def read_queries_file(path: str | Path) -> dict[str, str]:
     """Queries from a BEIR ``queries*.jsonl`` (``_id``, ``text``) or a ``qid<TAB>text`` TSV."""
     p = Path(path)
@@ -160,8 +174,8 @@ class CrossLingualSpec:
         split: the evaluated split (dev; never train queries in an evaluation).
         query_language: take the queries of the copy in this language (default: the dataset's own).
         corpus_language: search the corpus of the copy in this language, or ``mixed`` (the dataset's
-            corpus and the query language's copy together; with one language, the other copy found by
-            ``parallel``/the sibling rule; default: the dataset's own corpus).
+            corpus and the query language's copy together; with the dataset's own queries, ``parallel`` or
+            the one sibling copy; default: the dataset's own corpus).
         parallel: the other copy's directory (default: the sibling with the language suffix swapped).
         queries_file: replace the query texts by this file's (JSONL ``_id``/``text`` or ``qid<TAB>text``).
         repair: languages whose copy is repaired with ftfy (default: English).
@@ -195,8 +209,7 @@ class CrossLingualSpec:
             elif self.parallel:
                 other_dir = Path(self.parallel)
             else:
-                raise CrossLingualError("a mixed corpus needs the other copy: pass --parallel DIR (or a "
-                                        "--query-language other than the dataset's own)")
+                other_dir = _only_sibling(root)
             base, second = _load(root, self.split, repair), _load(other_dir, self.split, repair)
             q_copy, o_copy = (base, second) if q_lang == own else (second, base)
             q_dir, o_dir = (root, other_dir) if q_lang == own else (other_dir, root)

@@ -61,6 +61,8 @@ def test_four_settings_ids_queries_and_qrels(parallel):
     assert set(ke.corpus) == set(EN_DOCS) and ke.queries["q2"] == "고양이 집" and ke.qrels["q2"] == {"en-d0": 1}
     # the English copy is repaired with ftfy, the Korean one kept as is
     assert ke.corpus["en-d3"] == "It's a school book's page"
+    # the dataset's own queries on a mixed corpus: the one sibling copy is the other half
+    assert set(CrossLingualSpec(str(ko), corpus_language="mixed").build().corpus) == set(KO_DOCS) | set(EN_DOCS)
     mixed = setting_dataset("mixed", ko)
     assert set(mixed.corpus) == set(KO_DOCS) | set(EN_DOCS)
     assert mixed.qrels == {"q1": {"ko-d0": 1, "en-d1": 1}, "q2": {"ko-d1": 1, "en-d0": 1},
@@ -120,6 +122,8 @@ def test_eval_cli_errors_are_one_sentence(parallel, tmp_path):
     res = runner.invoke(cli, ["eval", "--dataset", str(ko), "--model", "splade-tiny", "--out", str(tmp_path / "o"),
                               "--query-language", "fr"])
     assert res.exit_code != 0 and "no fr copy" in res.output and "Traceback" not in res.output
+    (tmp_path / "mini-fr").mkdir()
+    (tmp_path / "mini-fr" / "corpus.jsonl").write_text("")
     res = runner.invoke(cli, ["eval", "--dataset", str(ko), "--model", "splade-tiny", "--out", str(tmp_path / "o"),
                               "--corpus-language", "mixed"])
-    assert res.exit_code != 0 and "mixed corpus needs the other copy" in res.output
+    assert res.exit_code != 0 and "2 sibling copies found (mini-en, mini-fr)" in res.output
