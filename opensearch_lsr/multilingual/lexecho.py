@@ -115,14 +115,27 @@ class LexEchoHead(Module):
 
     # ------------------------------------------------------------------ forward
 
+    def pivot_hidden(self, token_embeddings: torch.Tensor) -> torch.Tensor:
+        """Encoder token states -> the English MLM head's transformed states ``[B, L, pivot_hidden_size]``."""
+        return self.transform(self.connector(token_embeddings))
+
+    def pooled_logits(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Max over the unmasked positions of the English MLM logits, ``[B, V_en]``. The pivot view is
+        ``log(1 + relu(.))`` of it (monotone, so pooling first equals SpladePooling's relu-log1p-max) and
+        SAP reads the raw maxima to revive dimensions whose logits went negative."""
+        logits = self.decoder(hidden)
+        padded = (attention_mask == 0).unsqueeze(-1)
+        return logits.masked_fill(padded, torch.finfo(logits.dtype).min).max(dim=1)[0]
+
+    def pivot_from_logits(self, pooled: torch.Tensor) -> torch.Tensor:
+        return torch.log1p(torch.relu(pooled)) * self.pivot_keep
+
     def views(self, token_embeddings: torch.Tensor, attention_mask: torch.Tensor,
               input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(source [B, V_src], pivot [B, V_en])`` for a batch of encoder token states."""
-        hidden = self.transform(self.connector(token_embeddings))
+        hidden = self.pivot_hidden(token_embeddings)
         mask = attention_mask.to(hidden.dtype)
-        logits = self.decoder(hidden)
-        pivot = torch.log1p(torch.relu(logits * mask.unsqueeze(-1)))  # SpladePooling's order: mask, relu, log1p
-        pivot = torch.max(pivot, dim=1)[0] * self.pivot_keep
+        pivot = self.pivot_from_logits(self.pooled_logits(hidden, attention_mask))
         # zeros_like + expand, not torch.zeros(..., device=): a traced graph must hold no device constant
         source = torch.zeros_like(pivot[:, :1]).expand(-1, self.source_vocab_size)
         if self.source_view:

@@ -5,12 +5,15 @@ MILCO's pivot view reuses) encodes the English side into ``t = SPLADE(en)`` (spe
 student's pivot view of the target side, and of the English side (``english_side=True``), is pushed
 towards it:
 
-``L = ||p(target) - t||^2 + ||p(en) - t||^2 + lambda * FLOPS(p)``
+``L = ||p(target) - t||^2 + ||p(en) - t||^2 + revive + lambda * FLOPS(p)``
 
 with the squared error summed over the English vocabulary and averaged over the batch (a sparse-vector
 MSE; the paper aligns the student's English lexical view to the teacher's, we use MSE on the
 ``log(1 + relu)`` weights), and ``FLOPS(p) = sum_j (mean_i p_ij)^2`` over the student's pivot vectors of
-the batch (Paria et al. 2020; Formal et al. 2021). The source view is not trained here (the paper enables
+the batch (Paria et al. 2020; Formal et al. 2021). ``revive = sum_j [t_j > 0] relu(-z_j)`` over the
+student's max-pooled logits ``z`` keeps the teacher's dimensions alive: without it the first steps (a
+random connector activates thousands of dimensions) pushed every logit below zero, relu then passes no
+gradient and the view stayed empty (seen on e5-small + SPLADE-tiny). The source view is not trained here (the paper enables
 LexEcho in the contrastive stage): SAP only builds the cross-lingual map into the English vocabulary.
 
 Which parameters move (``train``): ``connector`` (default; the encoder runs without gradient, which is
@@ -109,33 +112,47 @@ def teacher_vectors(teacher, texts: list[str], max_seq_length: int) -> torch.Ten
     return vectors
 
 
-def _student_pivot(model, texts: list[str], grad_encoder: bool) -> torch.Tensor:
+def _student_logits(model, texts: list[str], grad_encoder: bool) -> torch.Tensor:
+    """The student's max-pooled English logits ``[B, V_en]`` (pivot view = ``log(1 + relu(.))`` of them)."""
     encoder, head = model[0], model[1]
     features = model.preprocess(texts)
     with torch.set_grad_enabled(grad_encoder and torch.is_grad_enabled()):
         features = encoder(features)
-    _, pivot = head.views(features["token_embeddings"], features["attention_mask"], features["input_ids"])
-    return pivot
+    return head.pooled_logits(head.pivot_hidden(features["token_embeddings"]), features["attention_mask"])
+
+
+def _align(head, pooled: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(mse, revive, pivot)``: squared error of the pivot view against the teacher, and the revival hinge
+    ``sum_j [t_j > 0] relu(-z_j)`` on the pooled logits ``z``: a dimension the teacher uses but whose
+    logits all went negative gets no gradient through relu, so without it a step that pushes every logit
+    below zero (the first steps, when a random connector activates thousands of dims) kills the view."""
+    pivot = head.pivot_from_logits(pooled)
+    mse = ((pivot - target) ** 2).sum(dim=1).mean()
+    revive = (torch.relu(-pooled) * (target > 0)).sum(dim=1).mean()
+    return mse, revive, pivot
 
 
 def sap_loss(model, teacher, pairs: list[tuple[str, str]], config: SapConfig) -> dict[str, torch.Tensor]:
-    """SAP loss terms of one batch: ``{"loss", "mse_target", "mse_english", "flops", "active"}``."""
+    """SAP loss terms of one batch: ``{"loss", "mse_target", "mse_english", "revive", "flops", "active"}``."""
     english = [en for en, _ in pairs]
     target = teacher_vectors(teacher, english, config.max_seq_length)
     grad_encoder = config.train == "all"
     model.max_seq_length = config.max_seq_length
-    p_target = _student_pivot(model, [t for _, t in pairs], grad_encoder)
-    terms = {"mse_target": ((p_target - target) ** 2).sum(dim=1).mean()}
+    head = model[1]
+    mse, revive, p_target = _align(head, _student_logits(model, [t for _, t in pairs], grad_encoder), target)
+    terms = {"mse_target": mse, "revive": revive}
     views = [p_target]
     if config.english_side:
-        p_en = _student_pivot(model, english, grad_encoder)
-        terms["mse_english"] = ((p_en - target) ** 2).sum(dim=1).mean()
+        mse_en, revive_en, p_en = _align(head, _student_logits(model, english, grad_encoder), target)
+        terms["mse_english"] = mse_en
+        terms["revive"] = revive + revive_en
         views.append(p_en)
     else:
         terms["mse_english"] = torch.zeros(())
     stacked = torch.cat(views, dim=0)
     terms["flops"] = (stacked.mean(dim=0) ** 2).sum()
-    terms["loss"] = terms["mse_target"] + terms["mse_english"] + config.flops_weight * terms["flops"]
+    terms["loss"] = (terms["mse_target"] + terms["mse_english"] + terms["revive"]
+                     + config.flops_weight * terms["flops"])
     terms["active"] = (p_target > 0).float().sum(dim=1).mean().detach()
     return terms
 

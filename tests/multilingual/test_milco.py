@@ -80,6 +80,7 @@ def test_sap_loss_decreases_and_resumes(tiny_xlmr_dir, tiny_source_dir, tiny_bit
     first, last = rows[0]["loss"], rows[-1]["loss"]
     assert last < 0.5 * first, (first, last)
     assert rows[-1]["mse_target"] < rows[0]["mse_target"]
+    assert all(r["active"] > 0 for r in rows)  # the pivot view never collapses to empty
     assert facts["steps"] == 40 and facts["resumed_from_step"] is None and (tmp_path / SAP_CHECKPOINT).is_file()
     # the encoder stays frozen in the default "connector" mode; every parameter is trainable again afterwards
     assert all(p.requires_grad for p in model.parameters())
@@ -130,3 +131,19 @@ def test_lsr_os_train_fine_tunes_milco(tiny_milco_dir, tmp_path):
     tuned = load_milco(out)
     assert tuned.max_seq_length == 32
     assert not torch.equal(_dense(tuned, TEXTS), _dense(load_milco(tiny_milco_dir), TEXTS))
+
+
+def test_sap_revives_dead_dimensions(tiny_xlmr_dir, tiny_source_dir, tmp_path):
+    """All pooled logits negative (an empty pivot view): MSE alone has no gradient, the revival hinge has."""
+    from opensearch_lsr.multilingual.sap import _align
+
+    head = _build(tiny_xlmr_dir, tiny_source_dir, tmp_path)[1]
+    pooled = torch.full((2, head.pivot_vocab_size), -1.0, requires_grad=True)
+    target = torch.zeros(2, head.pivot_vocab_size)
+    target[:, 7] = 1.5
+    mse, revive, pivot = _align(head, pooled, target)
+    assert not pivot.any() and float(revive) == 1.0
+    mse.backward(retain_graph=True)
+    assert not pooled.grad.any()
+    revive.backward()
+    assert pooled.grad[:, 7].lt(0).all() and pooled.grad[:, 8].eq(0).all()
