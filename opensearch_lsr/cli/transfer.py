@@ -185,6 +185,7 @@ def transfer_vt(no_resume: bool, **kwargs) -> None:
               help="Also align the student's view of the English side to the teacher (default on; off halves SAP's cost).")
 @click.option("--max-pairs", type=int, default=None, help="Use only the first N bitext pairs.")
 @click.option("--save-steps", type=int, default=None, help="SAP checkpoint interval in steps (default 100).")
+@click.option("--logging-steps", type=int, default=None, help="SAP log interval in steps (OUT/sap_log.jsonl; default 10).")
 @click.option("--connector-hidden", "connector_hidden_size", type=int, default=None,
               help="Connector MLP width (default: the encoder's hidden size).")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
