@@ -130,7 +130,8 @@ def test_segments_are_memory_mapped_and_codes_are_lucene_values(tmp_path):
     idx.bulk(batch(0, 50, seed=1))
     view = idx._get_view()
     fp = view.segments[0].field("emb")
-    assert isinstance(fp.docs, np.memmap) and fp.docs.dtype == np.int32 and fp.codes.dtype == np.uint16
+    assert isinstance(fp.docs.base, np.memmap) and isinstance(fp.codes.base, np.memmap)
+    assert fp.docs.dtype == np.int32 and fp.codes.dtype == np.uint16
     vals = np.asarray(fp.vals)
     assert np.array_equal(storage_mod.DECODE[storage_mod.encode_codes(vals)], truncate_feature_values(vals))
 
