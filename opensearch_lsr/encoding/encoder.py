@@ -48,6 +48,7 @@ __all__ = [
     "SparseVector",
     "EncoderStats",
     "SparseDocumentEncoder",
+    "MilcoDocumentEncoder",
     "count_tokens",
     "cpu_has_native_bf16",
 ]
@@ -156,6 +157,15 @@ class SparseDocumentEncoder:
         zero_special_tokens: zero the special-token dims, as the exported model does.
         num_threads: ``torch.set_num_threads`` for CPU runs (``None``: leave as is).
     """
+
+    def __new__(cls, model: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
+        # a MILCO directory (opensearch_lsr.multilingual.lexecho) holds no masked LM at its root: loading it
+        # as one would attach a random MLM head, so it gets its own encoder (below); subclasses refuse it
+        if model is not None and _is_milco(model):
+            if cls is not SparseDocumentEncoder:
+                raise ValueError(f"{model}: a MILCO model is encoded by the torch SparseDocumentEncoder only")
+            cls = MilcoDocumentEncoder
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -403,3 +413,64 @@ class SparseDocumentEncoder:
         return (f"SparseDocumentEncoder({self.model_path!r}, device={self.device}, precision={self.precision}, "
                 f"batch_size={self.batch_size}, max_length={self.max_length}, vocab={self.vocab_size})")
 
+
+def _is_milco(model: str | os.PathLike) -> bool:
+    from ..multilingual.milco import is_milco_dir
+
+    return is_milco_dir(str(model))
+
+
+class MilcoDocumentEncoder(SparseDocumentEncoder):
+    """A MILCO model (Nguyen et al. 2025; :mod:`opensearch_lsr.multilingual.lexecho`) encoded like its export:
+    ids ``[0, V_src)`` the echoed source view, ``[V_src, V_src + V_en)`` the English pivot view, whose max-pooled
+    logits go through this class's packed, vocabulary-chunked path (body = the multilingual encoder,
+    transform = connector + the English MLM transform). ``SparseDocumentEncoder(milco_dir)`` returns one.
+    WORD keys cannot name two vocabularies, so :attr:`keys` raises: index with key format ``token_id``.
+    """
+
+    def __init__(self, model: str | os.PathLike, *, device: str | None = None, precision: Precision = "auto",
+                 batch_size: int = 32, max_length: int = MAX_LENGTH, vocab_chunk: int | None = None,
+                 row_block: int | None = None, zero_special_tokens: bool = True, num_threads: int | None = None) -> None:
+        from ..multilingual.milco import load_milco
+        from ..transfer.surgery import resolve_model_path
+
+        if batch_size < 1 or not 2 < max_length <= MAX_LENGTH:
+            raise ValueError(f"batch_size must be >= 1 and max_length in (2, {MAX_LENGTH}]")
+        self.device = torch.device(device or _default_device())
+        if num_threads and self.device.type == "cpu":
+            torch.set_num_threads(int(num_threads))
+        self.model_path = resolve_model_path(str(model))
+        self.model = load_milco(self.model_path, device=str(self.device)).eval()
+        body, self.lexecho = self.model[0].auto_model, self.model[1]
+        self.tokenizer = self.model.tokenizer
+        self.head = _Head(lambda ids, m: body(input_ids=ids, attention_mask=m).last_hidden_state,
+                          self.lexecho.pivot_hidden, self.lexecho.decoder.weight, self.lexecho.decoder.bias)
+        self.activation = "relu"
+        self.precision = self._resolve_precision(precision)
+        self.batch_size = int(batch_size)
+        self.max_length = int(min(max_length, self.model.max_seq_length or MAX_LENGTH))
+        on_gpu = self.device.type == "cuda"
+        self.vocab_chunk = int(vocab_chunk or (16384 if on_gpu else 2048))
+        self.row_block = int(row_block or (16384 if on_gpu else 256))
+        self.vocab_size = self.lexecho.get_embedding_dimension()
+        self.special_ids = [i for i in special_token_ids(self.tokenizer) if 0 <= i < self.vocab_size]
+        self.zero_special_tokens = zero_special_tokens
+        self.stats = EncoderStats()
+
+    @property
+    def keys(self) -> list[str]:
+        raise ValueError(f"{self.model_path}: a MILCO model's vector holds two vocabularies (source view + English "
+                         "pivot view) that WORD keys cannot name; use key format token_id (OpenSearch 3.2+)")
+
+    def _encode_sorted(self, batch: list[list[int]]) -> torch.Tensor:
+        input_ids, mask, lens = self._pad_batch(batch)
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        with self._autocast():
+            hidden = self.lexecho.pivot_hidden(self.head.body(input_ids, mask))
+            pooled = self._pooled_logit_max(hidden[mask.bool()], lens)
+            source = self.lexecho.source_from_hidden(hidden, mask, input_ids)
+        pivot = self.lexecho.pivot_from_logits(pooled.float())
+        return torch.cat([source.float(), pivot], dim=1)
+
+    def _pooled_sorted(self, batch: list[list[int]]) -> torch.Tensor:
+        raise ValueError("encode_pooled_logits is defined for masked-LM models, not MILCO")

@@ -130,20 +130,24 @@ class LexEchoHead(Module):
     def pivot_from_logits(self, pooled: torch.Tensor) -> torch.Tensor:
         return torch.log1p(torch.relu(pooled)) * self.pivot_keep
 
+    def source_from_hidden(self, hidden: torch.Tensor, attention_mask: torch.Tensor,
+                           input_ids: torch.Tensor) -> torch.Tensor:
+        """The source view ``[B, V_src]`` from the transformed states (all zero when ``source_view`` is off)."""
+        # zeros_like + expand, not torch.zeros(..., device=): a traced graph must hold no device constant
+        source = torch.zeros_like(hidden[:, 0, :1]).expand(-1, self.source_vocab_size)
+        if not self.source_view:
+            return source
+        echo = torch.log1p(torch.relu(self.echo(hidden).squeeze(-1))) * attention_mask.to(hidden.dtype)
+        echo = echo * self.source_keep[input_ids]
+        # max over the positions holding each input id (weights >= 0, so the zero start is neutral)
+        return source.scatter_reduce(1, input_ids, echo, reduce="amax", include_self=True)
+
     def views(self, token_embeddings: torch.Tensor, attention_mask: torch.Tensor,
               input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(source [B, V_src], pivot [B, V_en])`` for a batch of encoder token states."""
         hidden = self.pivot_hidden(token_embeddings)
-        mask = attention_mask.to(hidden.dtype)
         pivot = self.pivot_from_logits(self.pooled_logits(hidden, attention_mask))
-        # zeros_like + expand, not torch.zeros(..., device=): a traced graph must hold no device constant
-        source = torch.zeros_like(pivot[:, :1]).expand(-1, self.source_vocab_size)
-        if self.source_view:
-            echo = torch.log1p(torch.relu(self.echo(hidden).squeeze(-1))) * mask
-            echo = echo * self.source_keep[input_ids]
-            # max over the positions holding each input id (weights >= 0, so the zero start is neutral)
-            source = source.scatter_reduce(1, input_ids, echo, reduce="amax", include_self=True)
-        return source, pivot
+        return self.source_from_hidden(hidden, attention_mask, input_ids), pivot
 
     def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
         source, pivot = self.views(features["token_embeddings"], features["attention_mask"], features["input_ids"])

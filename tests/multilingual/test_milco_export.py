@@ -36,3 +36,30 @@ def test_milco_export_passes_conformance(tiny_milco_dir, tmp_path):
 def test_milco_export_refuses_word_keys(tiny_milco_dir, tmp_path):
     with pytest.raises(ExportError, match="token_id"):
         export_bundle(tiny_milco_dir, tmp_path / "b", key_format="word", verify=False)
+
+
+def test_document_encoder_routes_milco(tiny_milco_dir, tmp_path):
+    """SparseDocumentEncoder(milco dir) -> MilcoDocumentEncoder: the SparseEncoder's vectors, token_id keys only,
+    and the keyed (local index / eval) path gives the exported graph's TOKEN_ID maps."""
+    import torch
+
+    from opensearch_lsr.encoding.encoder import MilcoDocumentEncoder, SparseDocumentEncoder
+    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
+    from opensearch_lsr.multilingual.milco import load_milco
+
+    enc = SparseDocumentEncoder(str(tiny_milco_dir), device="cpu", batch_size=2)
+    assert isinstance(enc, MilcoDocumentEncoder)
+    reference = load_milco(tiny_milco_dir).encode(TEXTS, convert_to_tensor=True).to_dense()
+    assert torch.allclose(enc.encode_dense(TEXTS), reference, atol=1e-5)
+    vectors = enc.encode(TEXTS)
+    assert [v.ids.tolist() for v in vectors] == [torch.nonzero(r).flatten().tolist() for r in reference]
+    with pytest.raises(ValueError, match="token_id"):
+        enc.keys
+    bundle = tmp_path / "bundle"
+    manifest = export_bundle(tiny_milco_dir, bundle, verify=False)
+    runtime = MLCommonsRuntime.from_zip(bundle / "sparse_encoding.zip", "SPARSE_ENCODING")
+    runtime.output_dim = manifest["output_dim"]
+    keyed = SparseKeyedEncoder(str(tiny_milco_dir), key_format="token_id").encode(TEXTS, "document")
+    for mine, served in zip(keyed, runtime.predict(TEXTS, "token_id")):
+        assert set(mine) == set(served)
+        assert max(abs(mine[k] - served[k]) for k in mine) <= 1e-4
