@@ -89,7 +89,7 @@ def resolve_encoder_path(encoder: str) -> str:
     return encoder
 
 
-def _load_teacher(sparse_head: str):
+def _load_teacher(sparse_head: str) -> Any:
     from ..transfer.surgery import TransferInputError, load_sparse_encoder
 
     try:
@@ -102,7 +102,7 @@ def _load_teacher(sparse_head: str):
     return teacher
 
 
-def build_milco(config: MilcoConfig, teacher=None):
+def build_milco(config: MilcoConfig, teacher: Any = None) -> Any:
     """A fresh MILCO ``SparseEncoder`` (encoder + new connector + copied English MLM head + ``[ECHO]`` row).
 
     Args:
@@ -160,7 +160,7 @@ def is_milco_dir(path: str | os.PathLike) -> bool:
         return False
 
 
-def load_milco(path: str | os.PathLike, device: str = "cpu"):
+def load_milco(path: str | os.PathLike, device: str = "cpu") -> Any:
     """Load a saved MILCO ``SparseEncoder`` (``trust_remote_code`` only for this package's own classes)."""
     from sentence_transformers import SparseEncoder
 
@@ -174,7 +174,7 @@ def load_milco(path: str | os.PathLike, device: str = "cpu"):
     return SparseEncoder(str(path), device=device, trust_remote_code=True)
 
 
-def milco_key_names(model) -> list[str]:
+def milco_key_names(model: Any) -> list[str]:
     """A readable name per output id: ``src:<encoder token>`` then ``en:<English token>`` (inspection,
     e.g. the paper's Figure 3 examples); the keys OpenSearch stores are ``str(id)`` (TOKEN_ID)."""
     head = model[1]

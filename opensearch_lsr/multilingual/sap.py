@@ -98,7 +98,7 @@ class SapConfig(ArtifactConfig):
             raise ValueError("warmup_ratio must be in [0, 1) and flops_weight >= 0")
 
 
-def teacher_vectors(teacher, texts: list[str], max_seq_length: int) -> torch.Tensor:
+def teacher_vectors(teacher: Any, texts: list[str], max_seq_length: int) -> torch.Tensor:
     """The frozen English SPLADE vectors ``[B, V_en]`` of ``texts`` (special ids zeroed)."""
     from ..contract import special_token_ids
 
@@ -132,7 +132,7 @@ def _align(head, pooled: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tens
     return mse, revive, pivot
 
 
-def sap_loss(model, teacher, pairs: list[tuple[str, str]], config: SapConfig) -> dict[str, torch.Tensor]:
+def sap_loss(model: Any, teacher: Any, pairs: list[tuple[str, str]], config: SapConfig) -> dict[str, torch.Tensor]:
     """SAP loss terms of one batch: ``{"loss", "mse_target", "mse_english", "revive", "flops", "active"}``."""
     english = [en for en, _ in pairs]
     target = teacher_vectors(teacher, english, config.max_seq_length)
@@ -187,7 +187,7 @@ def _load_checkpoint(path: Path, model, optimizer, scheduler) -> int:
     return int(state["step"])
 
 
-def run_sap(model, teacher, pairs: list[tuple[str, str]], config: SapConfig, out_dir: str | os.PathLike) -> dict[str, Any]:
+def run_sap(model: Any, teacher: Any, pairs: list[tuple[str, str]], config: SapConfig, out_dir: str | os.PathLike) -> dict[str, Any]:
     """Run SAP on ``model`` (a MILCO ``SparseEncoder``, changed in place) against ``teacher``.
 
     Writes ``sap_log.jsonl`` and ``sap_checkpoints/last.pt`` under ``out_dir``; returns the run facts
