@@ -33,11 +33,12 @@ import scipy.sparse as sp
 from ..contract import MAX_RESULT_WINDOW
 from .errors import LocalIndexError
 from .mappings import validate_document, validate_mappings
+from .merge import merge_segments, plan_merge
 from .models import load_analyzer, load_query_encoder
 from .query_evaluator import QueryEncoder, QueryEvaluator
-from .merge import merge_segments, plan_merge
 from .storage import (FORMAT_VERSION, MANIFEST, SegmentReader, build_segment, live_among, live_masks, read_manifest,
-                      remove_segment, upgrade_format_1, write_lock, write_manifest, write_segment)
+                      remove_segment, try_write_lock, upgrade_format_1, write_lock, write_manifest,
+                      write_segment)
 from .view import LiveView, filter_source, top_order
 
 __all__ = ["LocalIndex", "LocalIndexError", "TRACK_TOTAL_HITS"]
@@ -369,13 +370,17 @@ class LocalIndex:
         return self._view
 
     def _cleanup_orphans(self) -> None:
-        live = set(self._manifest["segments"])
-        for p in self.path.glob("seg-*"):
-            if p.name not in live:
-                with contextlib.suppress(OSError):
-                    # only files older than a minute: a concurrent writer may be about to commit
-                    if time.time() - p.stat().st_mtime > 60:
-                        remove_segment(p)
+        # only when no writer holds the lock (a streamed merge writes its temp segment for minutes),
+        # and only files older than a minute
+        with try_write_lock(self.path) as locked:
+            if not locked:
+                return
+            live = set(read_manifest(self.path)["segments"])
+            for p in self.path.glob("seg-*"):
+                if p.name not in live:
+                    with contextlib.suppress(OSError):
+                        if time.time() - p.stat().st_mtime > 60:
+                            remove_segment(p)
 
     def count(self) -> int:
         """Number of live documents."""

@@ -35,14 +35,14 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ..config import read_json
 
 __all__ = ["Segment", "SegmentReader", "FieldPostings", "NpyStreamWriter", "MANIFEST", "FORMAT_VERSION", "DECODE",
            "atomic_write_bytes", "read_manifest", "write_manifest", "write_segment", "write_meta",
            "read_legacy_segment", "build_segment", "write_lock", "id_hashes", "encode_codes", "live_masks",
-           "live_among", "fsync_dir", "remove_segment", "upgrade_format_1"]
+           "live_among", "fsync_dir", "remove_segment", "upgrade_format_1", "try_write_lock"]
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 2
@@ -452,6 +452,21 @@ def remove_segment(path: Path) -> None:
     else:
         with contextlib.suppress(OSError):
             os.remove(path)
+
+
+@contextlib.contextmanager
+def try_write_lock(root: Path) -> Iterator[bool]:
+    """Hold the writer lock if it is free right now; yields whether it is held."""
+    lock = FileLock(str(root / LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
 
 
 @contextlib.contextmanager
