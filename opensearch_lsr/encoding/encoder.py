@@ -122,6 +122,9 @@ def _split_mlm(model) -> _Head | None:
         return _Head(lambda ids, m: body(input_ids=ids, attention_mask=m).last_hidden_state,
                      lambda h: head.layer_norm(F.gelu(head.dense(h))),
                      head.decoder.weight, head.decoder.bias if head.decoder.bias is not None else head.bias)
+    if kind == "ModernBertForMaskedLM":  # transformers modeling_modernbert: logits = decoder(head(model(...)[0]))
+        return _Head(lambda ids, m: model.model(input_ids=ids, attention_mask=m).last_hidden_state,
+                     model.head, model.decoder.weight, model.decoder.bias)
     return None
 
 
