@@ -82,23 +82,6 @@ def _config(reference, tmp_path, backend: str, index: str, **kw) -> IndexJobConf
                           index=index, chunk_docs=8, batch_size=4, **kw)
 
 
-def test_ndjson_same_documents_counts_and_bad_input_as_single_process(reference, tmp_path, tiny_source_dir):
-    cfg = _config(reference, tmp_path, "ndjson", str(tmp_path / "out"), model=tiny_source_dir)
-    summary = run_ray_index_job(cfg, RayOptions(workers=2), progress=False)
-    docs, n = _ndjson_docs(tmp_path / "out")
-    assert n == len(docs) == len(reference["valid"])               # nothing duplicated
-    assert docs == reference["docs"]                                 # identical ids, texts and weights
-    assert {k: summary[k] for k in COUNTS} == {k: reference["summary"][k] for k in COUNTS}
-    assert summary["skipped"] == {"blank_line": 1, "duplicate_id": 1, "empty_text": 1, "malformed": 1}
-    assert summary["blocks"] == {"total": 6, "done_before": 0, "this_run": 6, "docs_per_block": 8}
-    skipped = Path(summary["skipped_file"]).read_text(encoding="utf-8")
-    assert skipped == reference["skipped"]                           # same report, file:line, same order
-    assert [(r["source"], r["reason"]) for r in map(json.loads, skipped.splitlines())] == [
-        ("c.jsonl:4", "malformed"), ("c.jsonl:9", "duplicate_id"), ("c.jsonl:13", "empty_text")]
-    with pytest.raises(IndexJobError, match="--resume"):            # a ledger is not silently overwritten
-        run_ray_index_job(cfg, RayOptions(workers=2), progress=False)
-
-
 def test_local_backend_single_writer_same_documents(reference, tmp_path, tiny_source_dir):
     from opensearch_lsr.local.index import LocalIndex
 
@@ -141,7 +124,7 @@ def test_killed_worker_is_retried_nothing_lost_or_duplicated(reference, tmp_path
     url = target.url
     cfg = _config(reference, tmp_path, "opensearch", "idx", model=tiny_source_dir, work_dir=str(tmp_path / "w"))
     marker = tmp_path / "crashed"
-    summary = run_ray_index_job(cfg, RayOptions(workers=2), client_factory=lambda: make_client(url),
+    summary = run_ray_index_job(cfg, RayOptions(workers=1), client_factory=lambda: make_client(url),
                                 actor_class=_crash_once(marker), progress=False)
     assert marker.exists()                                           # an actor did die mid-run
     valid = reference["valid"]
@@ -160,7 +143,10 @@ class _Stop(Exception):
     pass
 
 
-def test_stopped_then_rerun_skips_completed_blocks(reference, tmp_path, tiny_source_dir):
+def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_process(reference, tmp_path,
+                                                                                    tiny_source_dir):
+    """2 workers, stopped after 2 blocks; the re-run (CLI, --resume) skips them; the result is the
+    single-process job's: same documents (ids, texts, weights), counts, skipped report (file:line)."""
     cfg = _config(reference, tmp_path, "ndjson", str(tmp_path / "out"), model=tiny_source_dir)
     done: list[int] = []
 
@@ -173,6 +159,8 @@ def test_stopped_then_rerun_skips_completed_blocks(reference, tmp_path, tiny_sou
         run_ray_index_job(cfg, RayOptions(workers=2), progress=False, on_block=stop_after_two)
     ledger = [json.loads(line) for line in (tmp_path / "out.job" / LEDGER).read_text().splitlines()]
     assert sorted(e["block"] for e in ledger) == sorted(done)
+    with pytest.raises(IndexJobError, match="--resume"):            # a ledger is not silently overwritten
+        run_ray_index_job(cfg, RayOptions(workers=2), progress=False)
     from click.testing import CliRunner
 
     from opensearch_lsr.cli import cli
@@ -188,8 +176,14 @@ def test_stopped_then_rerun_skips_completed_blocks(reference, tmp_path, tiny_sou
     first_two = sum(e["counters"]["indexed"] for e in ledger)
     assert again["this_run"]["indexed"] == len(reference["valid"]) - first_two
     docs, n = _ndjson_docs(tmp_path / "out")
-    assert n == len(docs) == len(reference["valid"]) and docs == reference["docs"]
+    assert n == len(docs) == len(reference["valid"])                # nothing lost, nothing duplicated
+    assert docs == reference["docs"]                                 # identical ids, texts and weights
     assert {k: again[k] for k in COUNTS} == {k: reference["summary"][k] for k in COUNTS}
+    assert again["skipped"] == {"blank_line": 1, "duplicate_id": 1, "empty_text": 1, "malformed": 1}
+    skipped = Path(again["skipped_file"]).read_text(encoding="utf-8")
+    assert skipped == reference["skipped"]                           # same report, file:line, same order
+    assert [(r["source"], r["reason"]) for r in map(json.loads, skipped.splitlines())] == [
+        ("c.jsonl:4", "malformed"), ("c.jsonl:9", "duplicate_id"), ("c.jsonl:13", "empty_text")]
     finished = run_ray_index_job(cfg, RayOptions(workers=1), resume=True, progress=False)
     assert finished["blocks"]["this_run"] == 0 and finished["indexed"] == len(reference["valid"])
 
