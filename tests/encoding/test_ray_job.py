@@ -211,3 +211,45 @@ def test_opensearch_double_sink(reference, tmp_path, tiny_source_dir):
         assert double.violations == []
     finally:
         double.stop()
+
+
+@pytest.mark.slow  # two `lsr-os index --engine ray` driver processes on the module's cluster
+def test_driver_sigkill_then_resume_exactly_once(reference, tmp_path, tiny_source_dir, fake_bulk):
+    """kill -9 of the whole driver mid-run (its actors die with it), then --resume on the same cluster
+    (--address): every valid document indexed once, dead letters exactly the rejected ones."""
+    import signal
+    import subprocess
+    import time
+
+    fail_ids = {"d5", "d30"}
+    target = fake_bulk(fail_ids=fail_ids, delay=0.5)
+    work = tmp_path / "w"
+    address = ray.get_runtime_context().gcs_address
+    args = [sys.executable, "-c", "from opensearch_lsr.cli import main; main()", "index", "--engine", "ray",
+            "--address", address, "--workers", "1", "--corpus", str(reference["corpus"]), "--model",
+            str(tiny_source_dir), "--backend", "opensearch", "--index", "idx", "--url", target.url, "--work-dir",
+            str(work), "--chunk-docs", "8", "--batch-size", "4", "--no-progress"]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    ledger = work / LEDGER
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if ledger.exists() and len(ledger.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"job ended before the kill: {proc.communicate()}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = len(ledger.read_text().splitlines())
+    assert 2 <= before < 6
+    target.delay = 0.0
+    again = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=900, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads(again.stdout)
+    valid = reference["valid"]
+    assert summary["blocks"]["done_before"] == before
+    assert set(target.docs) == valid - fail_ids                      # nothing lost
+    assert summary["indexed"] == len(valid) - len(fail_ids) and summary["dead_lettered"] == len(fail_ids)
+    dead = [json.loads(line) for line in (work / "dead_letter.jsonl").read_text().splitlines()]
+    assert sorted(d["_id"] for d in dead) == sorted(fail_ids)       # no duplicate dead letters
+    assert target.docs == {k: v for k, v in reference["docs"].items() if k not in fail_ids}
