@@ -6,12 +6,14 @@ from typing import Literal
 
 from ..config import ArtifactConfig
 
-__all__ = ["TrainConfig", "LossName", "HardNegatives", "LOSSES", "HARD_NEGATIVES"]
+__all__ = ["TrainConfig", "LossName", "HardNegatives", "FreezeEncoder", "LOSSES", "HARD_NEGATIVES", "FREEZE_ENCODER"]
 
 LossName = Literal["auto", "infonce", "marginmse", "kldiv"]
 HardNegatives = Literal["none", "bm25"]
 LOSSES: tuple[str, ...] = ("auto", "infonce", "marginmse", "kldiv")
 HARD_NEGATIVES: tuple[str, ...] = ("none", "bm25")
+FreezeEncoder = Literal["none", "embeddings", "all"]
+FREEZE_ENCODER: tuple[str, ...] = ("none", "embeddings", "all")
 
 
 @dataclass
@@ -51,6 +53,10 @@ class TrainConfig(ArtifactConfig):
             pairs from this parallel BEIR copy (same query ids, its ``split`` queries) or queries file, the
             positives from ``dataset`` (e.g. English queries against Korean positives).
         max_pairs: keep only the first N training pairs (0 = all).
+        freeze_encoder: MILCO models only (``lsr-os transfer milco``): ``none`` trains everything (the paper, on
+            GPUs), ``embeddings`` keeps the multilingual encoder's word-embedding matrix fixed (250k x 384 for
+            e5-small: its dense AdamW update dominates a CPU step), ``all`` the whole encoder (connector,
+            English head and ``[ECHO]`` row train).
         eval_split / eval_queries / eval_corpus: dev evaluation during training on a subset
             (``eval_queries`` queries; ``eval_corpus`` documents = their positives + random others;
             0 = all). ``eval_steps`` 0 evaluates at the end only.
@@ -79,6 +85,7 @@ class TrainConfig(ArtifactConfig):
     teacher_margin: float = 0.0
     queries_from: str | None = None
     max_pairs: int = 0
+    freeze_encoder: FreezeEncoder = "none"
     epochs: float = 1.0
     max_steps: int = -1
     batch_size: int = 32
@@ -114,6 +121,8 @@ class TrainConfig(ArtifactConfig):
             raise ValueError("an output directory is required (--out)")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
+        if self.freeze_encoder not in FREEZE_ENCODER:
+            raise ValueError(f"freeze_encoder must be one of {', '.join(FREEZE_ENCODER)}, got {self.freeze_encoder!r}")
         if self.hard_negatives not in HARD_NEGATIVES:
             raise ValueError(f"hard_negatives must be one of {', '.join(HARD_NEGATIVES)}, got {self.hard_negatives!r}")
         if self.teacher and self.hard_negatives != "none":

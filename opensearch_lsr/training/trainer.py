@@ -132,6 +132,7 @@ def load_start_model(config: TrainConfig, data: TrainingData, workdir: Path):
         model = load_sparse_encoder(path)
         if config.inference_free is False and _is_router_dir(path):
             raise TransferInputError(f"{config.model!r} is an inference-free (Router) model: pass --inference-free")
+    _freeze_milco_encoder(model, config)
     model.lsr_inference_lengths = _get_max_seq_length(model)
     _set_max_seq_length(model, config.max_seq_length)
     for static in _static_query_modules(model):
@@ -173,6 +174,19 @@ def _fill_mask_modules(model) -> list:
     milco = _milco_encoder(model)
     return [m for m in model.modules()
             if hasattr(m, "max_seq_length") and (getattr(m, "transformer_task", None) == "fill-mask" or m is milco)]
+
+
+def _freeze_milco_encoder(model, config: TrainConfig) -> None:
+    """``config.freeze_encoder``: fix the MILCO encoder's word embeddings or the whole encoder."""
+    if config.freeze_encoder == "none":
+        return
+    encoder = _milco_encoder(model)
+    if encoder is None:
+        raise ValueError(f"--freeze-encoder {config.freeze_encoder} is for MILCO models (lsr-os transfer milco), "
+                         f"and {config.model!r} is not one")
+    frozen = encoder.auto_model.get_input_embeddings() if config.freeze_encoder == "embeddings" else encoder
+    for param in frozen.parameters():
+        param.requires_grad_(False)
 
 
 def _milco_encoder(model):

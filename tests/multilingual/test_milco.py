@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -114,7 +115,7 @@ def test_cli_transfer_milco(tiny_xlmr_dir, tiny_source_dir, tiny_bitext, tmp_pat
     assert broken.exit_code != 0 and f"{bad}:1:" in broken.output and "Traceback" not in broken.output
 
 
-def test_lsr_os_train_fine_tunes_milco(tiny_milco_dir, tmp_path):
+def test_lsr_os_train_fine_tunes_milco(tiny_milco_dir, tiny_source_dir, tmp_path):
     """Contrastive stage through the toolkit's trainer: SpladeLoss + FLOPS; training length restored on save."""
     from opensearch_lsr.training import TrainConfig, train
 
@@ -124,13 +125,21 @@ def test_lsr_os_train_fine_tunes_milco(tiny_milco_dir, tmp_path):
              ("the dog runs on the road", "개 길"), ("water of the river", "강 물")]]
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     out = tmp_path / "ft"
-    result = train(TrainConfig(model=str(tiny_milco_dir), dataset=str(data), out=str(out), batch_size=4,
-                               max_seq_length=16, lr=1e-3, max_steps=2, logging_steps=1, threads=1,
-                               eval_split=None, final_eval=False))
+    base = dict(dataset=str(data), batch_size=4, max_seq_length=16, lr=1e-3, max_steps=2, logging_steps=1, threads=1,
+                eval_split=None, final_eval=False)
+    result = train(TrainConfig(model=str(tiny_milco_dir), out=str(out), freeze_encoder="embeddings", **base))
     assert result.steps == 2
-    tuned = load_milco(out)
+    tuned, start = load_milco(out), load_milco(tiny_milco_dir)
     assert tuned.max_seq_length == 32
-    assert not torch.equal(_dense(tuned, TEXTS), _dense(load_milco(tiny_milco_dir), TEXTS))
+    assert not torch.equal(_dense(tuned, TEXTS), _dense(start, TEXTS))
+    # --freeze-encoder embeddings: the word-embedding matrix is untouched, the layers and the head moved
+    embeddings = [m[0].auto_model.get_input_embeddings().weight for m in (tuned, start)]
+    assert torch.equal(*embeddings)
+    assert not torch.equal(tuned[0].auto_model.encoder.layer[0].attention.self.query.weight,
+                           start[0].auto_model.encoder.layer[0].attention.self.query.weight)
+    assert not torch.equal(tuned[1].connector[0].weight, start[1].connector[0].weight)
+    with pytest.raises(ValueError, match="MILCO"):
+        train(TrainConfig(model=str(tiny_source_dir), out=str(tmp_path / "no"), freeze_encoder="all", **base))
 
 
 def test_sap_revives_dead_dimensions(tiny_xlmr_dir, tiny_source_dir, tmp_path):
