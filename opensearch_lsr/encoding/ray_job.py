@@ -269,6 +269,8 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
         for stale in Path(config.index).glob("bulk-b*.ndjson"):  # files of blocks never completed
             if int(stale.name[len("bulk-b"):].split("-")[0]) not in ledger.done:
                 stale.unlink()
+        for tmp in Path(config.index).glob(".bulk-b*.tmp"):  # left by an actor killed while writing
+            tmp.unlink()
     factory, driver_writer = _worker_sink(config, writer_factory, client_factory)
     threads = config.threads or max(1, int(options.cpus_per_worker))
     if config.encoder_runtime != "torch" and options.num_gpus_per_worker > 0:
