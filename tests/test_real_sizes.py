@@ -223,3 +223,17 @@ def test_modernbert_uses_the_split_head_fast_path(tmp_path, arch_cache):
     enc.head = None  # the generic full-logits path
     full = enc.encode_pooled_logits(texts)
     torch.testing.assert_close(fast, full, atol=1e-4, rtol=1e-4)
+
+
+def test_cli_vt_without_apc_prints_its_summary(tmp_path, tiny_source_dir, tiny_target_tokenizer_dir):
+    """`lsr-os transfer vt` without --apc wrote the model, then crashed printing the summary (the
+    transfer_config key ``apc`` is the config's ``False`` when no calibration ran)."""
+    from click.testing import CliRunner
+
+    from opensearch_lsr.cli import cli
+
+    res = CliRunner().invoke(cli, ["transfer", "vt", "--source", str(tiny_source_dir), "--target-tokenizer",
+                                   str(tiny_target_tokenizer_dir), "--init", "subtoken", "--out", str(tmp_path / "vt")])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["method"] == "vt" and "apc" not in summary

@@ -154,7 +154,7 @@ def transfer_vt(no_resume: bool, **kwargs) -> None:
     if "adaptation" in cfg:
         summary["adaptation"] = {k: cfg["adaptation"][k] for k in ("steps", "first_loss", "final_loss",
                                                                    "resumed_from_step")}
-    if "apc" in cfg:
+    if isinstance(cfg.get("apc"), dict):  # the APC facts; without --apc the key is the config's False
         summary["apc"] = {k: cfg["apc"][k] for k in ("shift", "rate_before", "rate_after", "doc_active_dims_before",
                                                      "doc_active_dims_after", "query_active_dims_before",
                                                      "query_active_dims_after")}
