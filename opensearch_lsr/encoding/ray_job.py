@@ -350,6 +350,11 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
                         on_block(block)
         if driver_writer is not None:
             driver_writer.close()
+        elif factory is not None and not remaining:
+            # Ray Data gives a map actor no teardown call, so the actors' writers are never closed; the
+            # single-process job's close() (the final refresh, so the documents are searchable at once)
+            # runs here, on a writer of the same factory.
+            factory().close()
     except Exception as err:
         if type(err).__module__.startswith("ray"):
             raise IndexJobError(f"the Ray job failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "

@@ -253,3 +253,40 @@ def test_driver_sigkill_then_resume_exactly_once(reference, tmp_path, tiny_sourc
     dead = [json.loads(line) for line in (work / "dead_letter.jsonl").read_text().splitlines()]
     assert sorted(d["_id"] for d in dead) == sorted(fail_ids)       # no duplicate dead letters
     assert target.docs == {k: v for k, v in reference["docs"].items() if k not in fail_ids}
+
+
+def test_elasticsearch_double_sink_with_a_writer_factory(reference, tmp_path, tiny_source_dir):
+    """Any DocumentWriter runs on the actors through ``writer_factory`` (here Elasticsearch's, whose
+    client is built on each actor); a rejected document is dead-lettered with its file:line."""
+    pytest.importorskip("elasticsearch")
+    import importlib.util
+
+    double_dir = Path(__file__).resolve().parents[1] / "elasticsearch" / "double"
+    if "es_double" not in sys.modules:  # as tests/elasticsearch/conftest.py loads it
+        spec = importlib.util.spec_from_file_location("es_double", double_dir / "__init__.py",
+                                                      submodule_search_locations=[str(double_dir)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["es_double"] = module
+        spec.loader.exec_module(module)
+    from es_double import ElasticsearchDouble
+
+    from opensearch_lsr.elasticsearch.bulk import EsBulkWriter, EsDocumentWriter
+    from opensearch_lsr.elasticsearch.client import make_es_client
+    from opensearch_lsr.elasticsearch.engine import ElasticsearchEngine
+
+    double = ElasticsearchDouble().start()
+    try:
+        url = double.url
+        ElasticsearchEngine(make_es_client(url)).create_index("docs")
+        double.reject_item_ids["d3"] = (400, "document_parsing_exception", "failed to parse field [text]")
+        cfg = _config(reference, tmp_path, "opensearch", "docs", model=tiny_source_dir, work_dir=str(tmp_path / "w"))
+        summary = run_ray_index_job(
+            cfg, RayOptions(workers=1), progress=False,
+            writer_factory=lambda: EsDocumentWriter(EsBulkWriter(make_es_client(url, max_retries=1), "docs")))
+        assert summary["indexed"] == len(reference["valid"]) - 1 and summary["dead_lettered"] == 1
+        dead = [json.loads(line) for line in Path(summary["dead_letter_file"]).read_text().splitlines()]
+        assert [(d["_id"], d["source"]) for d in dead] == [("d3", "c.jsonl:5")] and "failed to parse" in dead[0]["reason"]
+        assert make_es_client(url).count(index="docs")["count"] == len(reference["valid"]) - 1
+        assert double.violations == []
+    finally:
+        double.stop()
