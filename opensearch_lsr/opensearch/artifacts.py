@@ -235,8 +235,9 @@ def build_tokenizer_json(backend, max_length: int, pad_id: int, pad_token: str) 
 # --------------------------------------------------------------------------- model side
 
 
-def _resolve_encoder(model_dir: str):
-    """Load the SparseEncoder and return (transformer module, pooling config, static IDF or None)."""
+def _resolve_encoder(model_dir: str, allow_milco: bool = False):
+    """Load the SparseEncoder and return (transformer module, pooling config, static IDF or None); with
+    ``allow_milco`` a MILCO model's ``LexEchoHead`` comes back in the pooling slot (the OpenSearch export)."""
     from ..transfer.surgery import TransferInputError, load_sparse_encoder, resolve_model_path
 
     path = resolve_model_path(str(model_dir))
@@ -272,7 +273,7 @@ def _resolve_encoder(model_dir: str):
         modules = list(routes[doc_key])
     transformer = next((m for m in modules if hasattr(m, "auto_model")), None)
     pooling = next((m for m in modules if type(m).__name__ == "SpladePooling"), None)
-    if transformer is not None and pooling is None and _is_lexecho(modules[-1]):
+    if allow_milco and transformer is not None and pooling is None and _is_lexecho(modules[-1]):
         return encoder, transformer, modules[-1], static_idf  # MILCO: the LexEcho head pools both views
     if transformer is None or pooling is None:
         names = [type(m).__name__ for m in modules]
@@ -472,7 +473,7 @@ def export_bundle(
     if idf_json and not os.path.isfile(idf_json):
         raise ExportError(f"idf.json {idf_json!r} does not exist")
     started = time.perf_counter()
-    encoder, transformer, pooling, static_idf = _resolve_encoder(str(model_dir))
+    encoder, transformer, pooling, static_idf = _resolve_encoder(str(model_dir), allow_milco=True)
     hf_tok = transformer.tokenizer
     backend = getattr(hf_tok, "backend_tokenizer", None)
     if backend is None:

@@ -63,3 +63,10 @@ def test_document_encoder_routes_milco(tiny_milco_dir, tmp_path):
     for mine, served in zip(keyed, runtime.predict(TEXTS, "token_id")):
         assert set(mine) == set(served)
         assert max(abs(mine[k] - served[k]) for k in mine) <= 1e-4
+
+
+def test_elasticsearch_export_refuses_milco_in_one_sentence(tiny_milco_dir, tmp_path):
+    from opensearch_lsr.elasticsearch.export import EsExportError, export_elasticsearch
+
+    with pytest.raises(EsExportError, match="MLM \\+ SpladePooling"):
+        export_elasticsearch(tiny_milco_dir, tmp_path / "es", verify=False)
