@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--work", default=str(ROOT / "runs" / "ray_bench"))
     ap.add_argument("--md", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--no-tests", action="store_true",
+                    help="skip running tests/encoding/test_ray_job.py (slow ones included) after the runs")
     args = ap.parse_args(argv)
 
     import ray
@@ -147,6 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
     if 1 in ray_runs and 2 in ray_runs:
         result["ray_2_over_1"] = round(ray_runs[1]["wall_s"] / ray_runs[2]["wall_s"], 3)
     result["runs"] = runs
+    if not args.no_tests:
+        result["tests"] = _run_tests()
     result["machine"]["load_avg_end"] = os.getloadavg()
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +164,20 @@ def main(argv: list[str] | None = None) -> dict:
                                               "vs_single_1_thread", "identical_documents", "same_counts")
                           if k in run}))
     return result
+
+
+def _run_tests() -> dict:
+    """The guarantees behind the figures: the Ray test file, slow tests included, in a subprocess."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "tests/encoding/test_ray_job.py", "-m", "slow or not slow",
+           "-p", "no:logging", "-rA"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+    lines = proc.stdout.splitlines()
+    return {"command": " ".join(["python", *cmd[1:]]), "returncode": proc.returncode,
+            "wall_s": round(time.perf_counter() - t0, 1),
+            "results": [l for l in lines if l.startswith(("PASSED", "FAILED", "ERROR", "SKIPPED"))],
+            "last_line": lines[-1] if lines else proc.stderr[-500:]}
 
 
 def render(r: dict) -> str:
@@ -200,6 +218,12 @@ def render(r: dict) -> str:
     ]
     if "ray_2_over_1" in r:
         lines.append(f"**Ray, 2 workers over 1 worker: {r['ray_2_over_1']}x** (wall time ratio, same run).")
+        lines.append("")
+    if "tests" in r:
+        t = r["tests"]
+        lines += ["## The guarantees (tests, run right after the figures, same machine)", "",
+                  f"`{t['command']}`: **{t['last_line'].strip('= ')}** (exit {t['returncode']}, {t['wall_s']} s wall).", ""]
+        lines += [f"- {x}" for x in t["results"]]
         lines.append("")
     return "\n".join(lines)
 
