@@ -31,6 +31,7 @@ import os
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -420,7 +421,7 @@ def build_segment(final: dict[str, tuple[str, dict | None]], props: dict) -> Seg
         data = np.asarray(weights, dtype=np.float32)
         if not props[f].get("positive_score_impact", True):
             data = (1.0 / data.astype(np.float64)).astype(np.float32)
-        indices = np.fromiter(map(vocab.__getitem__, toks), dtype=np.int32, count=len(toks))
+        indices = np.array(itemgetter(*toks)(vocab) if len(toks) > 1 else [vocab[t] for t in toks], dtype=np.int32)
         mat = sp.csr_matrix((data, indices, indptr), shape=(len(ids), len(vocab)))
         fields[f] = (mat, list(vocab))
     return Segment("", ids, deleted, sources, fields)
