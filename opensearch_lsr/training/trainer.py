@@ -115,6 +115,10 @@ def load_start_model(config: TrainConfig, data: TrainingData, workdir: Path):
     from ..transfer.surgery import TransferInputError, load_sparse_encoder, resolve_model_path
 
     path = resolve_model_path(config.model)
+    if config.inference_free and _milco_dir(path):
+        raise TransferInputError(f"{config.model!r} is a MILCO model: --inference-free (an IDF query side over one "
+                                 "vocabulary) does not apply; its export's sparse_tokenize.zip already queries the "
+                                 "source view")
     if config.inference_free and not _is_router_dir(path):
         from ..inference_free import build_inference_free
 
@@ -187,6 +191,12 @@ def _freeze_milco_encoder(model, config: TrainConfig) -> None:
     frozen = encoder.auto_model.get_input_embeddings() if config.freeze_encoder == "embeddings" else encoder
     for param in frozen.parameters():
         param.requires_grad_(False)
+
+
+def _milco_dir(path: str) -> bool:
+    from ..multilingual.milco import is_milco_dir
+
+    return is_milco_dir(path)
 
 
 def _milco_encoder(model):

@@ -140,6 +140,8 @@ def test_lsr_os_train_fine_tunes_milco(tiny_milco_dir, tiny_source_dir, tmp_path
     assert not torch.equal(tuned[1].connector[0].weight, start[1].connector[0].weight)
     with pytest.raises(ValueError, match="MILCO"):
         train(TrainConfig(model=str(tiny_source_dir), out=str(tmp_path / "no"), freeze_encoder="all", **base))
+    with pytest.raises(ValueError, match="inference-free"):
+        train(TrainConfig(model=str(tiny_milco_dir), out=str(tmp_path / "if"), inference_free=True, **base))
 
 
 def test_sap_revives_dead_dimensions(tiny_xlmr_dir, tiny_source_dir, tmp_path):
