@@ -157,6 +157,27 @@ def sap_loss(model: Any, teacher: Any, pairs: list[tuple[str, str]], config: Sap
     return terms
 
 
+#: batches are cut from length-sorted windows of this many batches (less padding: half the MS MARCO
+#: bitext are short queries, half passages of ~100 tokens), then the batch order is shuffled
+LENGTH_WINDOW_BATCHES = 50
+
+
+def epoch_batches(pairs: list[tuple[str, str]], batch_size: int, seed: int) -> list[list[int]]:
+    """One epoch's batches of pair indices: a seeded shuffle, sorted by target length inside windows of
+    ``LENGTH_WINDOW_BATCHES`` batches, batch order shuffled again. Deterministic, so a resumed run
+    takes up at the same batch."""
+    rng = random.Random(seed)
+    order = list(range(len(pairs)))
+    rng.shuffle(order)
+    window = batch_size * LENGTH_WINDOW_BATCHES
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start:start + window], key=lambda i: len(pairs[i][1]) + len(pairs[i][0]))
+        batches += [chunk[b:b + batch_size] for b in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 def _trainable(model, part: str) -> list[torch.nn.Parameter]:
     groups = model[1].trainable_groups()
     params = list(groups["connector"])
@@ -225,11 +246,12 @@ def run_sap(model: Any, teacher: Any, pairs: list[tuple[str, str]], config: SapC
     first = last = None
     t0 = time.perf_counter()
     with open(log_path, "a", encoding="utf-8") as log, tqdm(total=total, initial=start, desc="SAP", unit="step") as bar:
+        batches: dict[int, list[list[int]]] = {}
         for step in range(start, total):
             epoch, batch = divmod(step, per_epoch)
-            order = list(range(len(pairs)))
-            random.Random(config.seed + epoch).shuffle(order)
-            chunk = [pairs[i] for i in order[batch * config.batch_size:(batch + 1) * config.batch_size]]
+            if epoch not in batches:
+                batches = {epoch: epoch_batches(pairs, config.batch_size, config.seed + epoch)}
+            chunk = [pairs[i] for i in batches[epoch][batch]]
             terms = sap_loss(model, teacher, chunk, config)
             optimizer.zero_grad(set_to_none=True)
             terms["loss"].backward()

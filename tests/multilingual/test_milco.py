@@ -158,3 +158,14 @@ def test_sap_revives_dead_dimensions(tiny_xlmr_dir, tiny_source_dir, tmp_path):
     assert not pooled.grad.any()
     revive.backward()
     assert pooled.grad[:, 7].lt(0).all() and pooled.grad[:, 8].eq(0).all()
+
+
+def test_sap_epoch_batches_cover_the_bitext_once():
+    from opensearch_lsr.multilingual.sap import epoch_batches
+
+    pairs = [("x" * n, "y" * (n % 7)) for n in range(103)]
+    batches = epoch_batches(pairs, 8, seed=3)
+    assert sorted(i for b in batches for i in b) == list(range(103))
+    assert len(batches) == 13 and all(len(b) <= 8 for b in batches)
+    assert batches == epoch_batches(pairs, 8, seed=3) and batches != epoch_batches(pairs, 8, seed=4)
+    assert max(max(len(pairs[i][0]) for i in b) - min(len(pairs[i][0]) for i in b) for b in batches) < 20
