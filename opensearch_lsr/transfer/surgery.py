@@ -192,10 +192,28 @@ def swap_vocabulary(
             raise RuntimeError("resized MLM decoder has no bias of the new vocabulary size")
         parts_new.output_bias.copy_(output_bias.to(dtype))
     model.config.vocab_size = v_t
+    keep_pad = _positions_count_from_pad(model)
     for key, value in _special_ids(tokenizer).items():
+        if key == "pad_token_id" and keep_pad:
+            if value != model.config.pad_token_id:
+                logger.warning(
+                    "%s counts position ids from the pad id: the config keeps the source pad id %s (positions "
+                    "start at %s as in pre-training); target id %s (%r) is counted as padding there",
+                    type(model).__name__, model.config.pad_token_id, model.config.pad_token_id + 1,
+                    model.config.pad_token_id, tokenizer.convert_ids_to_tokens(model.config.pad_token_id))
+            continue
         if value is not None and hasattr(model.config, key):
             setattr(model.config, key, value)
     return model
+
+
+def _positions_count_from_pad(model: PreTrainedModel) -> bool:
+    """Whether the embeddings derive position ids from the pad id (RoBERTa / XLM-R / CamemBERT:
+    ``create_position_ids_from_input_ids`` numbers tokens from ``padding_idx + 1``). Re-pointing
+    ``config.pad_token_id`` at a target pad with another id would shift every position by the difference
+    when the model is reloaded (kobigbird [PAD] 0 vs XLM-R <pad> 1: all positions off by one)."""
+    return any(hasattr(m, "create_position_ids_from_input_ids") and hasattr(m, "padding_idx")
+               for m in model.modules())
 
 
 def save_sparse_encoder(

