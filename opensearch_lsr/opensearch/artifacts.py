@@ -399,7 +399,6 @@ def _milco_key_format(head: Any, backend: Any, vocab_size: int, key_format: str)
 def _trace_milco_zip(encoder: Any, tokenizer_text: str, out_zip: Path, model_name: str) -> tuple[str, dict[str, Any]]:
     """Trace the MILCO document encoder (:class:`~opensearch_lsr.multilingual.lexecho.MilcoEncodingModule`)
     with the recipe of :func:`~opensearch_lsr.opensearch.trace.trace_encoding_zip` and write ``out_zip``."""
-    import copy
     import tempfile
 
     import torch
@@ -408,20 +407,34 @@ def _trace_milco_zip(encoder: Any, tokenizer_text: str, out_zip: Path, model_nam
     from ..multilingual.lexecho import MilcoEncodingModule
     from .trace import WARM_UP_TEXT, _torchscript_facts, safe_name
 
-    backbone = copy.deepcopy(encoder[0].auto_model).to("cpu").float().eval()
-    backbone.set_attn_implementation("eager")
-    wrapper = MilcoEncodingModule(backbone, copy.deepcopy(encoder[1]).to("cpu").float().eval()).eval()
-    runtime_tok = Tokenizer.from_str(tokenizer_text)
-    runtime_tok.no_padding()
-    example = runtime_tok.encode(WARM_UP_TEXT, add_special_tokens=True)
-    example_input = {"input_ids": torch.tensor([example.ids], dtype=torch.int64),
-                     "attention_mask": torch.tensor([example.attention_mask], dtype=torch.int64)}
-    with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
-        traced = torch.jit.trace(wrapper, (example_input,), strict=False, check_trace=False)
-        pt_name = f"{safe_name(model_name)}.pt"
-        torch.jit.save(traced, str(Path(tmp) / pt_name))
-        facts = _torchscript_facts(Path(tmp) / pt_name, traced)
-        write_zip(out_zip, {pt_name: Path(tmp) / pt_name, "tokenizer.json": tokenizer_text.encode("utf-8")})
+    # traced in place (no weight copy), as float32 on CPU with eager attention; restored afterwards
+    backbone, head = encoder[0].auto_model, encoder[1]
+    param = next(backbone.parameters())
+    dtype, device, training = param.dtype, param.device, encoder.training
+    attn = getattr(backbone.config, "_attn_implementation", None)
+    try:
+        backbone.to("cpu").float().eval()
+        head.to("cpu").float().eval()
+        backbone.set_attn_implementation("eager")
+        wrapper = MilcoEncodingModule(backbone, head).eval()
+        runtime_tok = Tokenizer.from_str(tokenizer_text)
+        runtime_tok.no_padding()
+        example = runtime_tok.encode(WARM_UP_TEXT, add_special_tokens=True)
+        example_input = {"input_ids": torch.tensor([example.ids], dtype=torch.int64),
+                         "attention_mask": torch.tensor([example.attention_mask], dtype=torch.int64)}
+        with torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+            traced = torch.jit.trace(wrapper, (example_input,), strict=False, check_trace=False)
+            pt_name = f"{safe_name(model_name)}.pt"
+            torch.jit.save(traced, str(Path(tmp) / pt_name))
+            facts = _torchscript_facts(Path(tmp) / pt_name, traced)
+            del traced, wrapper
+            write_zip(out_zip, {pt_name: Path(tmp) / pt_name, "tokenizer.json": tokenizer_text.encode("utf-8")})
+    finally:
+        if attn is not None and attn != "eager":
+            backbone.set_attn_implementation(attn)
+        if dtype != torch.float32 or device.type != "cpu":
+            encoder.to(device=device, dtype=dtype)
+        encoder.train(training)
     return pt_name, facts
 
 
@@ -541,6 +554,8 @@ def export_bundle(
                              "source_view": pooling.source_view}
     config.save(out)
     write_json(out / "manifest.json", manifest)
+    # the conformance check loads the model twice more (TorchScript runtime + reference encoder)
+    del encoder, transformer, mlm, pooling, static_idf
     if verify:
         t0 = time.perf_counter()
         report = verify_bundle(out, str(model_dir), list(verify_texts or DEFAULT_VERIFY_TEXTS))
