@@ -350,6 +350,11 @@ def machine() -> str:
 # ----------------------------------------------------------------------------- orchestration
 
 
+#: the step whose output a step reads (a failed VT does not stop the export of the SemBridge model)
+DEPENDS = {"bridge": "build", "sembridge": "bridge", "vt": "bridge", "export": "sembridge", "conformance": "export",
+           "deploy": "export", "encode": "sembridge", "train": "sembridge"}
+
+
 def _done(arch: str, step: str) -> bool:
     path = RESULTS / f"{arch}__{step}.json"
     return path.exists() and json.loads(path.read_text()).get("passed", False)
@@ -387,8 +392,13 @@ def run_matrix(archs: list[str], steps: list[str], budget_s: float, force: bool,
                tag: str = "") -> None:
     started = time.perf_counter()
     for arch in archs:
+        failed: set[str] = set()
         for step in steps:
             if not force and not tag and _done(arch, step):
+                continue
+            if DEPENDS.get(step) in failed or (not tag and DEPENDS.get(step) and not _done(arch, DEPENDS[step])
+                                               and DEPENDS[step] not in steps):
+                failed.add(step)
                 continue
             if time.perf_counter() - started > budget_s:
                 print(f"budget of {budget_s:.0f} s used: stopping before {arch}/{step}", flush=True)
@@ -403,7 +413,7 @@ def run_matrix(archs: list[str], steps: list[str], budget_s: float, force: bool,
                   flush=True)
             if not rec["passed"]:
                 print(rec["output_tail"], flush=True)
-                break  # later steps of this architecture depend on this one
+                failed.add(step)  # the steps that read its output are skipped
 
 
 # ----------------------------------------------------------------------------- report

@@ -98,9 +98,32 @@ def test_reduced_arch_transfer_export_conformance(name, tmp_path, arch_cache, ti
         torch.testing.assert_close(parts.input_embeddings.weight[t_id], src_parts.input_embeddings.weight[s_id])
         assert not torch.equal(parts.output_layer.weight, parts.input_embeddings.weight)
 
+    if spec.model_type == "xlm-roberta":
+        _check_overlap_text_keeps_hidden_states(src, out)
+
     manifest = export_bundle(out, tmp_path / "bundle", verify=True)
     assert manifest["conformance"]["passed"], manifest["conformance"]
     assert manifest["vocab_size"] == 26
+
+
+def _check_overlap_text_keeps_hidden_states(src: Path, out: Path) -> None:
+    """A text made only of overlap tokens gets the source model's hidden states after the transfer.
+
+    XLM-R: the overlap must pair WordPiece "house" with "▁house" (not the continuation piece "house"),
+    and RoBERTa-family models number positions from the pad id (pad + 1 onwards), so swapping in a
+    vocabulary with another pad id (kobigbird [PAD] 0 vs <pad> 1) must not shift every position.
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    s_tok, t_tok = AutoTokenizer.from_pretrained(str(src)), AutoTokenizer.from_pretrained(str(out))
+    text = "house cat cat house cat"
+    s_ids, t_ids = s_tok(text, return_tensors="pt")["input_ids"], t_tok(text, return_tensors="pt")["input_ids"]
+    assert s_ids.shape == t_ids.shape  # one piece per word on both sides
+    with torch.no_grad():
+        h_s = AutoModel.from_pretrained(str(src))(input_ids=s_ids).last_hidden_state
+        h_t = AutoModel.from_pretrained(str(out))(input_ids=t_ids).last_hidden_state
+    torch.testing.assert_close(h_t, h_s, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["bert-base-untied"])
@@ -238,24 +261,3 @@ def test_cli_vt_without_apc_prints_its_summary(tmp_path, tiny_source_dir, tiny_t
     summary = json.loads(res.stdout)
     assert summary["method"] == "vt" and "apc" not in summary
 
-
-def test_xlmr_transfer_keeps_position_ids(tmp_path, arch_cache, tiny_target_tokenizer_dir):
-    """RoBERTa-family models count position ids from the pad id (positions start at pad + 1). Swapping in
-    a vocabulary whose pad id differs (kobigbird: [PAD] 0, XLM-R: <pad> 1) must not shift every position:
-    a text made only of overlap tokens gets the source model's hidden states."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    from opensearch_lsr.transfer.sembridge import SemBridgeConfig, sembridge_transfer
-
-    src = _source("xlmr-base", tmp_path, arch_cache)
-    out = sembridge_transfer(SemBridgeConfig(source=str(src), target_tokenizer=str(tiny_target_tokenizer_dir),
-                                             out=str(tmp_path / "sembridge")), bridge=TrigramHashBridge())
-    s_tok, t_tok = AutoTokenizer.from_pretrained(str(src)), AutoTokenizer.from_pretrained(str(out))
-    text = "house cat cat house cat"
-    s_ids, t_ids = s_tok(text, return_tensors="pt"), t_tok(text, return_tensors="pt")
-    assert s_ids["input_ids"].shape == t_ids["input_ids"].shape  # one piece per word on both sides
-    with torch.no_grad():
-        h_s = AutoModel.from_pretrained(str(src))(input_ids=s_ids["input_ids"]).last_hidden_state
-        h_t = AutoModel.from_pretrained(str(out))(input_ids=t_ids["input_ids"]).last_hidden_state
-    torch.testing.assert_close(h_t, h_s, atol=1e-5, rtol=1e-5)
