@@ -12,14 +12,17 @@ queries, filled up with corpus passages in file order; queries: the dev queries 
 
 Variants (``--variants``; the defaults are all of them):
 
-* ``ours-torch``: :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` (baseline).
+* ``ours-torch``: :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` (baseline, fp32);
+  ``ours-torch-bf16``: the same with bf16 autocast (``--precision bf16``; fast only where the CPU has
+  AVX512-BF16/AMX, and not equal output).
 * ``ours-onnx`` / ``ours-onnx-int8``: :class:`~opensearch_lsr.encoding.onnx_backend.OnnxSparseDocumentEncoder`
-  (body in ONNX Runtime, fused; int8 dynamic quantization of the body; SPLADE head in torch).
+  (body in ONNX Runtime, fused; int8 dynamic quantization of the body; SPLADE head in torch);
+  ``ours-onnx-bf16`` / ``ours-onnx-int8-bf16``: the same with the torch head under bf16 autocast.
 * ``st-torch``: sentence-transformers (this venv's version) ``SparseEncoder.encode_document``.
 * ``st-onnx``, ``st-onnx-O1`` .. ``st-onnx-O4``, ``st-onnx-qint8``, ``st-openvino``, ``st-openvino-qint8``:
   sentence-transformers' ONNX / OpenVINO backends (``export_optimized_onnx_model``,
   ``export_dynamic_quantized_onnx_model(..., "avx512_vnni")``, ``export_static_quantized_openvino_model``
-  calibrated on 300 other msmarco-ko passages). They need ``optimum-onnx`` / ``optimum-intel``, which
+  calibrated on 100 other msmarco-ko passages). They need ``optimum-onnx`` / ``optimum-intel``, which
   (Nov 2026) pin ``transformers<4.58`` while sentence-transformers 6.x needs ``transformers>=5``: they run
   in a side venv (``--st-python``, e.g. sentence-transformers 5.7 + transformers 4.57), set up with
   ``python -m venv runs/venv-st-backends`` + a ``.pth`` line pointing at this venv's site-packages (for
@@ -170,10 +173,11 @@ def worker(args) -> None:
         sys.path.insert(0, str(ROOT))
         from opensearch_lsr.encoding.onnx_backend import open_document_encoder
 
-        runtime = {"ours-onnx": "onnx", "ours-onnx-int8": "onnx-int8"}.get(args.variant, "torch")
-        kwargs = {"device": args.device, "batch_size": args.batch_size, "num_threads": args.threads}
-        if runtime == "torch":
-            kwargs["precision"] = "bf16" if args.variant.endswith("bf16") else "fp32"
+        runtime = {"ours-onnx": "onnx", "ours-onnx-int8": "onnx-int8"}.get(args.variant.removesuffix("-bf16"), "torch")
+        kwargs = {"device": args.device, "batch_size": args.batch_size, "num_threads": args.threads,
+                  "precision": "bf16" if args.variant.endswith("bf16") else "fp32"}
+        if runtime != "torch" and args.onnx_cache:
+            kwargs["cache_dir"] = args.onnx_cache
         enc = open_document_encoder(args.model, runtime=runtime, **kwargs)
         info["special_ids"] = [int(i) for i in enc.special_ids]
         info["vocab"] = int(enc.vocab_size)
@@ -265,7 +269,11 @@ def prepare_st(args) -> None:
             with open(calib / "train.jsonl", "w", encoding="utf-8") as fh:
                 for text in json.loads(Path(args.calibration).read_text(encoding="utf-8")):
                     fh.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-            export_static_quantized_openvino_model(model, None, str(dst), dataset_name=str(calib),
+            from optimum.intel import OVQuantizationConfig
+
+            # 100 calibration passages (ST's default is 300 sst2 sentences from the hub: offline here)
+            export_static_quantized_openvino_model(model, OVQuantizationConfig(num_samples=100), str(dst),
+                                                   dataset_name=str(calib),
                                                    dataset_config_name="default", dataset_split="train",
                                                    column_name="text")
     for v in ST_SIDE:
@@ -313,7 +321,8 @@ def _run_worker(python: str, variant: str, model: str, texts_file: Path, threads
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT) if variant.startswith("ours") else "")
     cmd = [python, __file__, "worker", "--variant", variant, "--model", model, "--texts-file", str(texts_file),
-           "--threads", str(threads), "--batch-size", str(args.batch_size), "--device", args.device, "--out", str(out)]
+           "--threads", str(threads), "--batch-size", str(args.batch_size), "--device", args.device, "--out", str(out),
+           "--onnx-cache", str(out.parent / "onnx-lsr")]
     print(f"[{time.strftime('%H:%M:%S')}] {variant} x{threads} ...", file=sys.stderr, flush=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -410,7 +419,7 @@ def run(args) -> None:
     result: dict = {"command": " ".join([Path(sys.executable).name] + sys.argv), "model": args.model,
                     "model_path": model, "name": name, "docs": len(texts), "batch_size": args.batch_size,
                     "device": args.device, "machine": _machine(), "versions": _versions(sys.executable),
-                    "rows": [], "st_export": {}}
+                    "rows": [], "st_export": {}, "work": str(work)}
     st_dir = work / "st"
     if side:
         if not Path(args.st_python).exists():
@@ -430,12 +439,13 @@ def run(args) -> None:
                 v: "prepare failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1][:300] for v in side}
             result["st_export_s"] = time.perf_counter() - t
             variants = [v for v in variants if v not in side or result["st_export"].get(v) == "ok"]
-    # ours: build the ONNX exports once, untimed (the cache next to the model is what lsr-os index reuses)
+    # ours: build the ONNX exports once, untimed, in the work dir (lsr-os index caches next to the model)
     for v in variants:
-        if v in ("ours-onnx", "ours-onnx-int8"):
+        if v.startswith("ours-onnx"):
             from opensearch_lsr.encoding.onnx_backend import OnnxSparseDocumentEncoder
 
-            OnnxSparseDocumentEncoder(model, runtime=v[5:], num_threads=1)
+            OnnxSparseDocumentEncoder(model, runtime=v[5:].removesuffix("-bf16"), num_threads=1,  # type: ignore[arg-type]
+                                      cache_dir=work / "onnx-lsr")
     for k, threads in enumerate(args.threads):
         order = variants[k % len(variants):] + variants[:k % len(variants)]
         if "ours-torch" in order:  # the baseline first, so a failed run still has its reference
@@ -452,6 +462,10 @@ def run(args) -> None:
     result["machine"]["loadavg_end"] = os.getloadavg()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+def _row_file(result: dict, row: dict) -> str:
+    return str(Path(result["work"]) / f"{row['variant']}_t{row['threads']}")
 
 
 def _score(result: dict, work: Path, doc_ids: list[str]) -> None:
@@ -506,6 +520,8 @@ def markdown(paths: list[str]) -> str:
             out.append(f"| {r['variant']} | {r['threads']} | {r['docs_per_s']:.2f} | {r.get('ratio_vs_ours', float('nan')):.2f} "
                        f"| {r['cpu_s']:.1f} | {r.get('max_abs_diff', float('nan')):.2e} | {r.get('jaccard', float('nan')):.4f} "
                        f"| {r.get('active_per_doc', float('nan')):.1f} | {r.get('mrr10', float('nan')):.4f} |")
+        if res.get("note"):
+            out += ["", f"Note: {res['note']}."]
         skipped = {v: s for v, s in res.get("st_export", {}).items() if s != "ok"}
         if skipped:
             out += ["", "Not measured: " + "; ".join(f"`{v}`: {s}" for v, s in skipped.items())]
@@ -532,11 +548,14 @@ def main() -> None:
         w.add_argument(flag, required=True)
     w.add_argument("--threads", type=int, required=True)
     w.add_argument("--batch-size", type=int, default=32)
+    w.add_argument("--onnx-cache", default=None, help="where ours-onnx* keep their export (default: next to the model)")
     p = sub.add_parser("prepare-st")
     p.add_argument("--model", required=True)
     p.add_argument("--st-dir", required=True)
     p.add_argument("--calibration", required=True)
     p.add_argument("--variants", nargs="+", default=list(ST_SIDE))
+    sc = sub.add_parser("score", help="score a run JSON whose run was cut short (rows saved, no scores)")
+    sc.add_argument("path")
     m = sub.add_parser("markdown")
     m.add_argument("paths", nargs="+")
     args = ap.parse_args()
@@ -544,6 +563,12 @@ def main() -> None:
         run(args)
     elif args.cmd == "worker":
         worker(args)
+    elif args.cmd == "score":
+        res = json.loads(Path(args.path).read_text())
+        res["rows"] = [r for r in res["rows"] if "error" in r or Path(_row_file(res, r) + ".npz").exists()]
+        _score(res, Path(_row_file(res, res["rows"][0])).parent, select_passages(res["docs"])[0])
+        res["note"] = "cut short by the 15-minute lock limit; scored afterwards with the score command"
+        Path(args.path).write_text(json.dumps(res, indent=1))
     elif args.cmd == "prepare-st":
         prepare_st(args)
     else:

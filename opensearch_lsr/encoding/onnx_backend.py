@@ -233,6 +233,7 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
     Args:
         model: as for :class:`~.encoder.SparseDocumentEncoder`.
         runtime: ``"onnx"`` (fp32, fused; same weights within ~1e-5) or ``"onnx-int8"`` (int8 body).
+        precision: the torch head's: ``"auto"``/``"fp32"`` or ``"bf16"`` (autocast; not equal output).
         cache_dir: where the export is cached (default: next to the model, see :func:`onnx_body_path`).
         num_threads: ONNX Runtime intra-op threads and ``torch.set_num_threads`` for the head
             (default: ``torch.get_num_threads()``).
@@ -247,11 +248,13 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
         if device not in (None, "cpu"):
             raise OnnxBackendError(f"the onnx encoder runtime runs on CPU, not {device!r}; "
                                    "use --encoder-runtime torch on GPUs")
-        if precision not in ("auto", "fp32"):
-            raise OnnxBackendError(f"the onnx encoder runtime computes in fp32 (or int8 with onnx-int8), "
-                                   f"not {precision!r}")
+        if precision not in ("auto", "fp32", "bf16"):
+            raise OnnxBackendError(f"the onnx encoder runtime's head runs in fp32 or bf16, not {precision!r}")
         _require_onnxruntime()
-        super().__init__(model, device="cpu", precision="fp32", num_threads=num_threads, **kwargs)
+        # precision applies to the torch head (bf16 autocast: fast with AVX512-BF16/AMX); the ONNX body is
+        # fp32 (onnx) or int8 (onnx-int8)
+        super().__init__(model, device="cpu", precision="fp32" if precision == "auto" else precision,  # type: ignore[arg-type]
+                         num_threads=num_threads, **kwargs)
         if self.head is None:
             raise OnnxBackendError(f"{model}: unknown masked-LM layout {type(self.model).__name__}; "
                                    "use --encoder-runtime torch")

@@ -84,13 +84,23 @@ def test_int8_is_quantized_and_close(splade_tiny_dir, tmp_path):
     assert not np.array_equal(ref[0].weights, got[0].weights), "int8 must actually change the computation"
 
 
+def test_bf16_head_is_close(splade_tiny_dir, tmp_path):
+    enc = OnnxSparseDocumentEncoder(splade_tiny_dir, precision="bf16", cache_dir=tmp_path, num_threads=1)
+    assert enc.precision == "bf16"
+    ref = SparseDocumentEncoder(splade_tiny_dir, device="cpu").encode(KO)
+    got = enc.encode(KO)
+    for a, b in zip(ref, got):
+        assert len(set(a.ids) ^ set(b.ids)) <= 0.1 * len(a.ids)
+        assert a.weights.max() == pytest.approx(b.weights.max(), rel=0.05)
+
+
 def test_clear_errors(tiny_source_dir, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="torch, onnx, onnx-int8"):
         open_document_encoder(tiny_source_dir, runtime="tensorrt")
     with pytest.raises(OnnxBackendError, match="CPU"):
         OnnxSparseDocumentEncoder(tiny_source_dir, device="cuda", cache_dir=tmp_path)
-    with pytest.raises(OnnxBackendError, match="fp32"):
-        OnnxSparseDocumentEncoder(tiny_source_dir, precision="bf16", cache_dir=tmp_path)
+    with pytest.raises(OnnxBackendError, match="fp32 or bf16"):
+        OnnxSparseDocumentEncoder(tiny_source_dir, precision="fp16", cache_dir=tmp_path)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
     with pytest.raises(OnnxBackendError, match=r"pip install 'opensearch-lsr\[onnx\]'"):
         OnnxSparseDocumentEncoder(tiny_source_dir, cache_dir=tmp_path)
