@@ -257,11 +257,14 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
                             "or the opensearch/ndjson backend for split passages")
     work = default_work_dir(config)
     work.mkdir(parents=True, exist_ok=True)
+    if config.encoder_runtime != "torch" and options.num_gpus_per_worker > 0:
+        raise IndexJobError(f"--encoder-runtime {config.encoder_runtime} runs on CPU only: use --encoder-runtime "
+                            "torch with --num-gpus-per-worker")
     _prepare_work(config, options, work, resume, restart)
-    ray, own_ray = _init_ray(options)
     t_plan = time.perf_counter()
     plan = plan_blocks(config, work)
     plan_s = time.perf_counter() - t_plan
+    factory, driver_writer = _worker_sink(config, writer_factory, client_factory)
     ledger = BlockLedger(work / LEDGER, resume)
     dead = ReportFile(work / DEAD_LETTER, ledger.dead_letter_size if resume else None)
     todo = [b for b in plan.blocks if b.block not in ledger.done]
@@ -271,11 +274,7 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
                 stale.unlink()
         for tmp in Path(config.index).glob(".bulk-b*.tmp"):  # left by an actor killed while writing
             tmp.unlink()
-    factory, driver_writer = _worker_sink(config, writer_factory, client_factory)
     threads = config.threads or max(1, int(options.cpus_per_worker))
-    if config.encoder_runtime != "torch" and options.num_gpus_per_worker > 0:
-        raise IndexJobError(f"--encoder-runtime {config.encoder_runtime} runs on CPU only: use --encoder-runtime "
-                            "torch with --num-gpus-per-worker")
     encoder_kwargs = {"precision": config.precision, "batch_size": config.batch_size, "max_length": config.max_length,
                       "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
                       "runtime": config.encoder_runtime}
@@ -291,9 +290,10 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
     bar = tqdm(total=sum(remaining.values()), unit="doc", disable=not progress, dynamic_ncols=True,
                desc=f"index[ray x{options.workers}] -> {config.backend}:{Path(config.index).name}")
     t_start = time.perf_counter()
-    rows = None
+    rows, own_ray = None, False
     try:
         if todo:
+            ray, own_ray = _init_ray(options)
             ctx = ray.data.DataContext.get_current()
             ctx.enable_progress_bars = progress
             source = CorpusBlocksDatasource(
@@ -356,7 +356,7 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
             # runs here, on a writer of the same factory.
             factory().close()
     except Exception as err:
-        if type(err).__module__.startswith("ray"):
+        if type(err).__module__.startswith("ray") and not isinstance(err, IndexJobError):
             raise IndexJobError(f"the Ray job failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
                                 "completed blocks are in the ledger: --resume continues") from err
         raise
@@ -367,7 +367,7 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
         ledger.close()
         dead.close()
         if own_ray:
-            ray.shutdown()
+            ray.shutdown()  # noqa: F821 - bound whenever own_ray is
     if remaining:
         raise IndexJobError(f"{len(remaining)} block(s) did not come back complete; --resume continues")
     elapsed = time.perf_counter() - t_start
