@@ -181,6 +181,10 @@ def transfer_vt(no_resume: bool, **kwargs) -> None:
 @click.option("--train", "train", type=click.Choice(["connector", "head", "all"]), default=None,
               help="What SAP updates: connector (default; encoder frozen), head (+ English MLM head), all (+ encoder).")
 @click.option("--flops-weight", type=float, default=None, help="FLOPS regulariser weight in SAP (default 1e-3).")
+@click.option("--connector-init", type=click.Choice(["ridge", "random"]), default=None,
+              help="ridge (default): fit the connector in closed form on word-aligned English states before SAP; "
+                   "random: start SAP from the random connector.")
+@click.option("--init-texts", type=int, default=None, help="English texts for --connector-init ridge (default 2000).")
 @click.option("--english-side/--no-english-side", default=None,
               help="Also align the student's view of the English side to the teacher (default on; off halves SAP's cost).")
 @click.option("--max-pairs", type=int, default=None, help="Use only the first N bitext pairs.")

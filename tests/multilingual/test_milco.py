@@ -169,3 +169,35 @@ def test_sap_epoch_batches_cover_the_bitext_once():
     assert len(batches) == 13 and all(len(b) <= 8 for b in batches)
     assert batches == epoch_batches(pairs, 8, seed=3) and batches != epoch_batches(pairs, 8, seed=4)
     assert max(max(len(pairs[i][0]) for i in b) - min(len(pairs[i][0]) for i in b) for b in batches) < 20
+
+
+def test_ridge_connector_init_fits_the_english_side(tiny_xlmr_dir, tiny_source_dir, tiny_bitext, tmp_path):
+    """The closed-form connector brings the student's English pivot view closer to the teacher's."""
+    from opensearch_lsr.multilingual.bitext import read_bitext
+    from opensearch_lsr.multilingual.connector_init import pool_words, ridge_init_connector, word_spans
+    from opensearch_lsr.multilingual.milco import _load_teacher
+    from opensearch_lsr.multilingual.sap import teacher_vectors
+
+    assert word_spans("the  cat,  sat") == [(0, 3), (5, 9), (11, 14)]
+    states = torch.arange(6.0).reshape(3, 2)
+    pooled = pool_words(states, [(0, 0), (0, 3), (5, 8)], [(0, 3), (5, 9), (11, 14)])
+    assert torch.equal(pooled[0], states[1]) and torch.equal(pooled[1], states[2]) and pooled[2] is None
+
+    teacher = _load_teacher(str(tiny_source_dir))
+    model = build_milco(MilcoConfig(encoder=str(tiny_xlmr_dir), sparse_head=str(tiny_source_dir), out=str(tmp_path),
+                                    sap=False), teacher=teacher)
+    english = [en for en, _ in read_bitext(tiny_bitext)]
+    target = teacher_vectors(teacher, english, 32)
+
+    def error() -> float:
+        with torch.no_grad():
+            features = model[0](model.preprocess(english))
+            _, pivot = model[1].views(features["token_embeddings"], features["attention_mask"], features["input_ids"])
+        return float(((pivot - target) ** 2).sum())
+
+    before = error()
+    facts = ridge_init_connector(model, teacher, english, texts=8, max_length=32, ridge=0.1)
+    assert facts["words"] >= 30 and facts["texts"] == 8
+    assert error() < before
+    norm = teacher[0].auto_model.base_model.encoder.layer[-1].output.LayerNorm
+    assert torch.equal(model[1].connector[3].weight, norm.weight)
