@@ -212,7 +212,12 @@ def query_tokens_for(text: str, model: str | os.PathLike, idf: Mapping[str, floa
             zidf = json.loads(zf.read("idf.json")) if "idf.json" in zf.namelist() else None
         return tokenize_query(text, djl_tokenizer(tok), idf if idf is not None else zidf, key_format)
     from ..inference_free import inference_free_parts, is_inference_free
+    from ..multilingual.milco import is_milco_dir
 
+    if key_format == "word" and is_milco_dir(path):
+        # a MILCO vector spans two vocabularies (source ids, then English pivot ids offset by V_src): one
+        # tokenizer cannot decode both, so its index holds token-id keys only (multilingual/lexecho.py)
+        key_format = "token_id"
     doc_only = is_inference_free(path)
     if idf is None and doc_only and (path / "idf.json").exists():
         idf = json.loads((path / "idf.json").read_text(encoding="utf-8"))

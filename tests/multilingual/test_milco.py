@@ -201,3 +201,20 @@ def test_ridge_connector_init_fits_the_english_side(tiny_xlmr_dir, tiny_source_d
     assert error() < before
     norm = teacher[0].auto_model.base_model.encoder.layer[-1].output.LayerNorm
     assert torch.equal(model[1].connector[3].weight, norm.weight)
+
+
+def test_query_tokens_for_a_milco_model_are_token_ids(tiny_milco_dir):
+    """`lsr-os search --model <milco dir>`: word keys cannot name a MILCO vector (two vocabularies), so the
+    client-side query_tokens are token ids, and they equal the encoder's own nonzero ids."""
+    import torch
+
+    from opensearch_lsr.multilingual.milco import load_milco
+    from opensearch_lsr.opensearch.query import query_tokens_for
+
+    text = "서울은 한국의 수도이다"
+    tokens = query_tokens_for(text, tiny_milco_dir)  # default key_format "word" is overridden
+    assert tokens and all(k.isdigit() for k in tokens)
+    vec = load_milco(tiny_milco_dir).encode_query([text], convert_to_tensor=True)
+    vec = vec.to_dense()[0] if vec.is_sparse else torch.as_tensor(vec)[0]
+    expected = {str(i) for i in torch.nonzero(vec > 0).flatten().tolist()}
+    assert set(tokens) == expected
