@@ -227,7 +227,7 @@ def query(args: argparse.Namespace) -> None:
     for i, (ids, w) in enumerate(qvecs):
         body = {"query": {"neural_sparse": {FIELD: {"query_tokens": dict(zip([names[j] for j in ids.tolist()],
                                                                               w.tolist()))}}}, "size": 10,
-                "_source": False}
+                "_source": False, "track_total_hits": True}
         t = time.perf_counter()
         resp = idx.search(body)
         dt = time.perf_counter() - t
