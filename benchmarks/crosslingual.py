@@ -14,6 +14,8 @@ added as models finish):
 * ``NAME=MODEL_DIR`` a sparse model with its own query side on all four settings;
   ``NAME=MODEL_DIR@tokens`` its inference-free query side (SPARSE_TOKENIZE with the model's idf.json,
   else the searched corpus's IDF, as ``lsr-os eval --query-mode tokens``);
+  ``NAME=MILCO_DIR@no-source-view`` the same MILCO encodings with LexEcho's source-view columns zeroed
+  (trained with the source view, evaluated without: the LexEcho ablation at inference);
   ``NAME=MODEL_DIR@psq`` SPLADE-X (a): English queries translated by PSQ through MODEL_DIR's
   alignment.npz (en->ko only); ``@psq:ALIGNMENT_DIR`` for a model fine-tuned from a transfer.
 
@@ -153,6 +155,21 @@ class MilcoEncoder:
         return encode_to_csr(self.model, list(texts), kind, batch_size, show_progress_bar)
 
 
+NO_SOURCE_VIEW = "no-source-view"
+
+
+def drop_source_view(mat: sp.csr_matrix, encoder) -> sp.csr_matrix:
+    """Zero a MILCO model's LexEcho source-view columns ``[0, V_src)`` (the pivot view alone): the LexEcho
+    ablation at inference, on the same encodings."""
+    if not isinstance(encoder, MilcoEncoder):
+        raise SystemExit("@no-source-view applies to MILCO models (a LexEcho head with a source view)")
+    v_src = int(encoder.model[1].source_vocab_size)
+    mat = sp.csr_matrix(mat, copy=True)
+    mat.data[mat.indices < v_src] = 0.0
+    mat.eliminate_zeros()
+    return mat
+
+
 def sparse_encoder(model: str):
     from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
     from opensearch_lsr.multilingual.milco import is_milco_dir
@@ -204,6 +221,9 @@ def sparse_row(st: Settings, work: Path, model: str, mode: str, psq: str | None,
                                    timings, f"encode {lang} queries")
     if mode == "tokens":  # per setting: the IDF is the searched corpus's
         queries = {s: idf_queries(st, s, model, encoder.model.tokenizer, timings) for s in settings}
+    if mode == NO_SOURCE_VIEW:
+        docs = {k: drop_source_view(v, encoder) for k, v in docs.items()}
+        queries = {k: drop_source_view(v, encoder) for k, v in queries.items()}
     dim = max(m.shape[1] for m in [*docs.values(), *queries.values()])
     docs = {k: sp.csr_matrix((v.data, v.indices, v.indptr), shape=(v.shape[0], dim)) for k, v in docs.items()}
     queries = {k: sp.csr_matrix((v.data, v.indices, v.indptr), shape=(v.shape[0], dim)) for k, v in queries.items()}
@@ -297,13 +317,18 @@ def lexecho_examples(st: Settings, work: Path, with_dir: str, without_dir: str, 
     qids = [q for q in st.queries[q_lang] if ENTITY.search(st.queries[q_lang][q])]
     doc_ids = [d for lang in langs for d in st.corpus[lang]]
     per_model = {}
-    for label, model in (("with", with_dir), ("without", without_dir)):
+    for label, spec in (("with", with_dir), ("without", without_dir)):
+        model, _, view = spec.partition("@")
+        if view not in ("", NO_SOURCE_VIEW):
+            raise SystemExit(f"--examples takes MODEL_DIR or MILCO_DIR@{NO_SOURCE_VIEW}, got {spec!r}")
         enc = sparse_encoder(model)
         cache = model_cache(work, model)
         docs = sp.vstack([cached(cache / f"docs-{lang}.npz",
                                  lambda lang=lang: enc.to_csr(list(st.corpus[lang].values()), "document", 32, True),
                                  {}, f"encode {lang} corpus") for lang in langs]).tocsr()
         q = enc.to_csr([st.queries[q_lang][x] for x in qids], "query")
+        if view:
+            q, docs = drop_source_view(q, enc), drop_source_view(docs, enc)
         dim = max(q.shape[1], docs.shape[1])
         q = sp.csr_matrix((q.data, q.indices, q.indptr), shape=(q.shape[0], dim))
         docs = sp.csr_matrix((docs.data, docs.indices, docs.indptr), shape=(docs.shape[0], dim))
@@ -340,7 +365,7 @@ def _f(x, fmt=".3f") -> str:
 
 def render(results: dict) -> str:
     rows = list(results["rows"].values())
-    rows.sort(key=lambda r: {"bm25-nori": 0, "sparse": 1, "tokens": 1, "psq": 1, "e5": 2}[r["kind"]])
+    rows.sort(key=lambda r: {"bm25-nori": 0, "e5": 2}.get(r["kind"], 1))
     nori = next((r for r in rows if r["kind"] == "bm25-nori"), None)
     f = results.get("data", {})
     out = ["# Cross-lingual retrieval on the parallel MS MARCO ko/en dev set (issue 15)", "",
@@ -393,7 +418,8 @@ def render(results: dict) -> str:
 
 
 def parse_row(spec: str) -> tuple[str, str, str | None, str | None]:
-    """``bm25-nori`` | ``e5`` | ``NAME=MODEL[@tokens|@psq[:ALIGNMENT]]`` -> (name, kind, model, psq alignment)."""
+    """``bm25-nori`` | ``e5`` | ``NAME=MODEL[@tokens|@no-source-view|@psq[:ALIGNMENT]]`` -> (name, kind, model,
+    psq alignment)."""
     if spec == "bm25-nori":
         return "BM25 (nori analyzer)", "bm25-nori", None, None
     if spec == "e5":
@@ -402,10 +428,10 @@ def parse_row(spec: str) -> tuple[str, str, str | None, str | None]:
     if not sep or not name or not model:
         raise SystemExit(f"--row must be bm25-nori, e5 or NAME=MODEL_DIR[@psq[:ALIGNMENT_DIR]], got {spec!r}")
     model, at, mode = model.partition("@")
-    if at and not (mode in ("psq", "tokens") or mode.startswith("psq:")):
-        raise SystemExit(f"after @ only tokens, psq or psq:ALIGNMENT_DIR, got {mode!r}")
-    if mode == "tokens":
-        return name, "tokens", model, None
+    if at and not (mode in ("psq", "tokens", NO_SOURCE_VIEW) or mode.startswith("psq:")):
+        raise SystemExit(f"after @ only tokens, {NO_SOURCE_VIEW}, psq or psq:ALIGNMENT_DIR, got {mode!r}")
+    if mode in ("tokens", NO_SOURCE_VIEW):
+        return name, mode, model, None
     return name, ("psq" if at else "sparse"), model, (mode[4:] if at else None)
 
 
@@ -426,9 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--en", default=None, help="The English copy (default: the -en sibling).")
     ap.add_argument("--work", default="runs/xling", help="Encodings cache and per-row outputs.")
     ap.add_argument("--row", action="append", default=[],
-                    help="bm25-nori | e5 | NAME=MODEL_DIR[@tokens|@psq[:ALIGNMENT]]")
+                    help="bm25-nori | e5 | NAME=MODEL_DIR[@tokens|@no-source-view|@psq[:ALIGNMENT]]")
     ap.add_argument("--examples", nargs=2, metavar=("WITH_DIR", "WITHOUT_DIR"), default=None,
-                    help="LexEcho examples: a model with the source view and one without.")
+                    help="LexEcho examples: a model with the source view and one without (or the same MILCO dir "
+                         "with @no-source-view: its cached encodings, source-view columns zeroed).")
     ap.add_argument("--examples-setting", default="ko-ko", choices=ORDER)
     ap.add_argument("--examples-n", type=int, default=5)
     ap.add_argument("--json", default="benchmarks/results/crosslingual.json")
