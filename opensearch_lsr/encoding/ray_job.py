@@ -1,6 +1,6 @@
 """``lsr-os index --engine ray``: the index job on Ray Data, with the single-process job's guarantees.
 
-Pipeline (Ray Data, streaming): :class:`~.ray_workers.CorpusBlocksDatasource` (one read task per
+Pipeline (Ray Data, streaming): :class:`~.ray_source.CorpusBlocksDatasource` (one read task per
 block of ``chunk_docs`` records) -> ``map_batches`` with :class:`~.ray_workers.BlockEncoder`, a pool of
 ``workers`` stateful actors (one model load each, CPU or ``num_gpus_per_worker`` GPUs) that encode and
 write from the worker -> one small row per block back to the driver -> the block ledger.
@@ -42,8 +42,9 @@ from ..config import ArtifactConfig, write_json
 from .documents import doc_id_for
 from .job import IndexJobConfig, IndexJobError, default_work_dir, make_writer
 from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, ReportFile, SeenIds
-from .readers import BadRecord, count_records, read_corpus
-from .ray_workers import RESULT_COLUMNS, BlockEncoder, CorpusBlocksDatasource, NdjsonBlockWriter, PlanBlock, dead_letter_entry
+from .readers import BadRecord, read_corpus
+from .ray_source import CorpusBlocksDatasource, PlanBlock
+from .ray_workers import RESULT_COLUMNS, BlockEncoder, NdjsonBlockWriter, dead_letter_entry
 
 __all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "run_ray_index_job", "LEDGER"]
 
@@ -301,7 +302,9 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
                 {"invalid_utf8": config.invalid_utf8, "id_field": config.id_field,
                  "text_field": config.corpus_text_field, "title_field": config.corpus_title_field},
                 size_bytes=os.path.getsize(config.corpus))
-            ds = ray.data.read_datasource(source, num_cpus=options.read_cpus)
+            # as many concurrent read tasks as actors: a read is milliseconds, and each concurrent task
+            # is a worker process to start
+            ds = ray.data.read_datasource(source, num_cpus=options.read_cpus, concurrency=options.workers)
             # Bounded restarts: Ray Data's own default is max_restarts=-1 / max_task_retries=-1 (forever; ray
             # 2.60.0 actor_pool_map_operator.py _apply_default_remote_args), which loops on a model that always
             # crashes. Its comment names map_batches(..., max_restarts=N) as the way to set them; that kwarg
