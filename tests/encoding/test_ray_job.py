@@ -255,6 +255,7 @@ def test_driver_sigkill_then_resume_exactly_once(reference, tmp_path, tiny_sourc
     assert target.docs == {k: v for k, v in reference["docs"].items() if k not in fail_ids}
 
 
+@pytest.mark.slow  # one more Ray run; the OpenSearch double test covers a cluster sink in the default suite
 def test_elasticsearch_double_sink_with_a_writer_factory(reference, tmp_path, tiny_source_dir):
     """Any DocumentWriter runs on the actors through ``writer_factory`` (here Elasticsearch's, whose
     client is built on each actor); a rejected document is dead-lettered with its file:line."""
