@@ -117,8 +117,6 @@ def _load_vectors(path: Path) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def _sparse_rows(emb) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Rows of a sentence-transformers sparse (COO) or dense ``[n, V]`` tensor as (ids, weights)."""
-    import torch
-
     emb = emb.coalesce() if emb.is_sparse else emb.to_sparse().coalesce()
     idx, val = emb.indices().numpy(), emb.values().float().numpy()
     n = emb.shape[0]
@@ -132,7 +130,6 @@ def _sparse_rows(emb) -> tuple[list[np.ndarray], list[np.ndarray]]:
         k = keep[s]
         ids_list.append(cols[s][k])
         w_list.append(vals[s][k])
-    del torch
     return ids_list, w_list
 
 
@@ -499,6 +496,10 @@ def _score(result: dict, work: Path, doc_ids: list[str]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- report
+def base_tokens(res: dict) -> str:
+    return next((f"{r['tokens']:,}" for r in res["rows"] if r["variant"] == "ours-torch" and "tokens" in r), "?")
+
+
 def markdown(paths: list[str]) -> str:
     out = []
     for p in paths:
@@ -510,15 +511,18 @@ def markdown(paths: list[str]) -> str:
                 f"RAM {m['ram']}; load average {m['loadavg_start'][0]:.2f} at the start, "
                 f"{m.get('loadavg_end', [float('nan')])[0]:.2f} at the end. Versions: {res['versions']}; "
                 f"side venv: {res.get('versions_side', '-')}. MRR@10 over {res.get('mrr_passages')} passages and "
-                f"{res.get('mrr_queries')} dev queries judged in them (queries: ours-torch).", "",
-                "| variant | threads | docs/s | x ours-torch | CPU s | max \\|dw\\| | key Jaccard | active keys/doc | MRR@10 |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                f"{res.get('mrr_queries')} dev queries judged in them (queries: ours-torch). GFLOP/s: the body + MLM-head "
+                f"FLOPs of ours-torch's tokens ({base_tokens(res)} tokens) per wall second, the same work for every row.", "",
+                "| variant | threads | docs/s | x ours-torch | CPU s | GFLOP/s | max \\|dw\\| | key Jaccard | active keys/doc | MRR@10 |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        base = next((r for r in res["rows"] if r["variant"] == "ours-torch" and "tokens" in r), None)
+        work = base["tokens"] * base["flops_per_token"] / 1e9 if base else float("nan")  # GFLOP for all passages
         for r in res["rows"]:
             if "error" in r:
-                out.append(f"| {r['variant']} | {r['threads']} | failed: {r['error'][:120]} | | | | | | |")
+                out.append(f"| {r['variant']} | {r['threads']} | failed: {r['error'][:120]} | | | | | | | |")
                 continue
             out.append(f"| {r['variant']} | {r['threads']} | {r['docs_per_s']:.2f} | {r.get('ratio_vs_ours', float('nan')):.2f} "
-                       f"| {r['cpu_s']:.1f} | {r.get('max_abs_diff', float('nan')):.2e} | {r.get('jaccard', float('nan')):.4f} "
+                       f"| {r['cpu_s']:.1f} | {work / r['wall_s']:.1f} | {r.get('max_abs_diff', float('nan')):.2e} | {r.get('jaccard', float('nan')):.4f} "
                        f"| {r.get('active_per_doc', float('nan')):.1f} | {r.get('mrr10', float('nan')):.4f} |")
         if res.get("note"):
             out += ["", f"Note: {res['note']}."]
