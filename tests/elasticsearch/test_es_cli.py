@@ -104,3 +104,17 @@ def test_connection_errors_are_one_sentence(monkeypatch, es_bundle):
     res = CliRunner().invoke(cli, ["deploy-model", str(es_bundle), "--backend", "elasticsearch", "--url", "ftp://x",
                                    "--api-key", secret])
     assert res.exit_code != 0 and secret not in res.output
+
+
+def test_index_engine_ray_on_elasticsearch_is_refused_not_ignored(tmp_path):
+    """`--backend elasticsearch --engine ray` used to run the single-process job silently."""
+    from click.testing import CliRunner
+
+    from opensearch_lsr.cli import cli
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "1", "text": "a"}\n', encoding="utf-8")
+    result = CliRunner().invoke(cli, ["index", "--backend", "elasticsearch", "--engine", "ray", "--corpus", str(corpus),
+                                      "--model", "splade-tiny", "--index", "i", "--url", "http://localhost:1"])
+    assert result.exit_code != 0
+    assert "--engine ray with --backend elasticsearch" in result.output
