@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -9,6 +11,28 @@ from ..opensearch.client import connection_options
 from .app import USER_ERRORS, cli, echo_json, error_message, fail, user_errors
 
 __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
+
+_PSQ_OPTIONS = [
+    click.option("--query-encoder", type=click.Choice(["auto", "model", "psq"]), default="auto", show_default=True,
+              help="model: the model's own query side; psq: SPLADE-X's probabilistic structured query: the (English) "
+                   "query is encoded by the transfer's source SPLADE and mapped into the model's vocabulary by its "
+                   "alignment.npz (translation probabilities, no training); auto: psq when --query-language is "
+                   "the source's (en) and the model is a transfer output, else model."),
+    click.option("--psq-source", default=None,
+              help="psq: the English source SPLADE (default: `source` of the model's transfer_config.json)."),
+    click.option("--psq-alignment", default=None,
+              help="psq: the transfer output (or alignment.npz) whose alignment to use (default: the model's own; "
+                   "give it for a model fine-tuned from a transfer)."),
+    click.option("--psq-min-prob", type=float, default=0.0, show_default=True,
+              help="psq: drop translations P(target|english) below this and renormalise."),
+]
+
+
+def psq_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--query-encoder / --psq-source / --psq-alignment / --psq-min-prob, shared by search and eval."""
+    for option in reversed(_PSQ_OPTIONS):
+        command = option(command)
+    return command
 
 
 @cli.command("search")
@@ -50,17 +74,7 @@ __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
 @click.option("--query-language", default=None,
               help="The language QUERY_TEXT is in (e.g. en). With --query-encoder auto, an English query on a "
                    "transfer output (--model holding alignment.npz) goes through PSQ; otherwise informational.")
-@click.option("--query-encoder", type=click.Choice(["auto", "model", "psq"]), default="auto", show_default=True,
-              help="model: --model's own query side; psq: SPLADE-X's probabilistic structured query: the English "
-                   "query is encoded by the transfer's source SPLADE and mapped into --model's vocabulary by its "
-                   "alignment.npz (sent as query_tokens; no training); auto: psq when --query-language is the "
-                   "source's (en) and --model is a transfer output, else model.")
-@click.option("--psq-source", default=None,
-              help="psq: the English source SPLADE (default: `source` of the model's transfer_config.json).")
-@click.option("--psq-alignment", default=None,
-              help="psq: the transfer output (or alignment.npz) to use (default: --model's own).")
-@click.option("--psq-min-prob", type=float, default=0.0, show_default=True,
-              help="psq: drop translations P(target|english) below this and renormalise.")
+@psq_options
 @connection_options
 def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weights: str, rank_constant: int,
                search_pipeline: str | None, text_field: str, model: str | None, model_id: str | None,
@@ -257,18 +271,7 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
 @click.option("--repair-text", default="en", show_default=True,
               help="Comma-separated languages whose copy is repaired with ftfy (the English MS MARCO passages "
                    "carry mojibake); '' keeps every text as is.")
-@click.option("--query-encoder", type=click.Choice(["auto", "model", "psq"]), default="auto", show_default=True,
-              help="model: the model's own query side; psq: SPLADE-X's probabilistic structured query: the (English) "
-                   "query is encoded by the transfer's source SPLADE and mapped into the model's vocabulary by its "
-                   "alignment.npz (translation probabilities, no training); auto: psq when --query-language is "
-                   "the source's (en) and the model is a transfer output, else model.")
-@click.option("--psq-source", default=None,
-              help="psq: the English source SPLADE (default: `source` of the model's transfer_config.json).")
-@click.option("--psq-alignment", default=None,
-              help="psq: the transfer output (or alignment.npz) whose alignment to use (default: the model's own; "
-                   "give it for a model fine-tuned from a transfer).")
-@click.option("--psq-min-prob", type=float, default=0.0, show_default=True,
-              help="psq: drop translations P(target|english) below this and renormalise.")
+@psq_options
 @connection_options
 def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str, index_ref: str | None,
              model_id: str | None, idf: str | None, max_queries: int | None, max_docs: int | None,
