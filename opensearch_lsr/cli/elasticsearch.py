@@ -20,7 +20,7 @@ import click
 
 from .app import cli, echo_json, fail, user_errors
 
-__all__ = ["extend_command", "es_client_from_options"]
+__all__ = ["extend_command", "es_client_from_options", "es_connection_from_options"]
 
 def _es_connection() -> list[click.Option]:
     """Fresh ``--api-key`` / ``--cloud-id`` options (one set per command)."""
@@ -63,23 +63,30 @@ def extend_command(name: str, options: list[click.Option], use_es: Callable[[dic
     cmd.callback = callback
 
 
-def es_client_from_options(conn: dict, es: dict):
-    """An Elasticsearch client from the shared connection options plus ``--api-key``/``--cloud-id``."""
-    from ..elasticsearch.client import make_es_client
-
+def es_connection_from_options(conn: dict, es: dict) -> dict[str, Any]:
+    """The keyword arguments of ``make_es_client`` from the shared connection options plus
+    ``--api-key``/``--cloud-id`` and the ``ELASTICSEARCH_*`` environment (resolved here, on the driver)."""
     ctx = click.get_current_context()
     explicit = ctx.get_parameter_source("url") == click.core.ParameterSource.COMMANDLINE
     url = conn.get("url") if explicit else (os.environ.get("ELASTICSEARCH_URL") or conn.get("url"))
     if es.get("cloud_id"):
         url = None
-    user = conn.get("user") or os.environ.get("ELASTICSEARCH_USER")
-    password = conn.get("password") or os.environ.get("ELASTICSEARCH_PASSWORD")
     if not url and not es.get("cloud_id"):
         fail("the elasticsearch backend needs --url (or ELASTICSEARCH_URL) or --cloud-id")
+    return dict(url=url, cloud_id=es.get("cloud_id"), api_key=es.get("api_key"),
+                user=conn.get("user") or os.environ.get("ELASTICSEARCH_USER"),
+                password=conn.get("password") or os.environ.get("ELASTICSEARCH_PASSWORD"),
+                ca_certs=conn.get("ca_certs"), insecure=bool(conn.get("insecure")),
+                request_timeout=conn.get("request_timeout") or 60.0, max_retries=conn.get("max_retries") or 3)
+
+
+def es_client_from_options(conn: dict, es: dict):
+    """An Elasticsearch client from the shared connection options plus ``--api-key``/``--cloud-id``."""
+    from ..elasticsearch.client import make_es_client
+
+    connection = es_connection_from_options(conn, es)
     with user_errors():
-        return make_es_client(url, cloud_id=es.get("cloud_id"), api_key=es.get("api_key"), user=user,
-                              password=password, ca_certs=conn.get("ca_certs"), insecure=bool(conn.get("insecure")),
-                              request_timeout=conn.get("request_timeout") or 60.0, max_retries=conn.get("max_retries") or 3)
+        return make_es_client(**connection)
 
 
 # ---- export --target ----------------------------------------------------------------------------
@@ -148,20 +155,23 @@ extend_command("deploy-model", [
 # ---- index --backend elasticsearch -----------------------------------------------------------------
 
 def _index(kw: dict, es: dict) -> None:
-    from ..elasticsearch.bulk import EsBulkWriter, EsDocumentWriter
+    from ..elasticsearch.bulk import EsWriterFactory
     from ..encoding.job import IndexJobConfig, run_index_job
 
     if kw["resume"] and kw["restart"]:
         fail("--resume and --restart contradict each other: pick one")
-    if kw.get("engine", "single") != "single":
-        # the Ray path reaches Elasticsearch through run_ray_index_job(writer_factory=...) (library, tested);
-        # its CLI wiring is not done: refuse rather than silently run the single-process job
-        fail("--engine ray with --backend elasticsearch is not wired in the CLI yet: use --engine single, or "
-             "opensearch_lsr.encoding.ray_job.run_ray_index_job(..., writer_factory=...) from Python")
     if kw["key_format"] != "word" or kw["long_text"] != "truncate":
         fail("the elasticsearch backend indexes token keys (--key-format word) of truncated texts (--long-text truncate)")
-    client = es_client_from_options(kw, es)
+    ray = kw.get("engine", "single") == "ray"
+    connection = es_connection_from_options(kw, es)
+    factory = EsWriterFactory(connection, kw["index_name"], sparse_field=kw["sparse_field"])
+    if not ray:
+        given = [f"--{n.replace('_', '-')}" for n, d in (("workers", 1), ("address", None),
+                 ("num_gpus_per_worker", 0.0), ("cpus_per_worker", 1.0)) if kw.get(n, d) != d]
+        if given:
+            fail(f"{', '.join(given)} only apply with --engine ray")
     with user_errors(first_line=True):
+        writer = factory()  # a bad --url / credentials combination fails here, before any model is loaded
         config = IndexJobConfig(corpus=kw["corpus"], model=kw["model"], backend="opensearch", index=kw["index_name"],
                                 work_dir=kw["work_dir"] or os.path.join("lsr-os-jobs", "elasticsearch", kw["index_name"]),
                                 corpus_format=kw["corpus_format"], id_field=kw["id_field"],
@@ -169,10 +179,18 @@ def _index(kw: dict, es: dict) -> None:
                                 invalid_utf8=kw["invalid_utf8"], prune=kw["prune"], batch_size=kw["batch_size"],
                                 chunk_docs=kw["chunk_docs"], device=kw["device"], precision=kw["precision"],
                                 text_field=kw["text_field"], sparse_field=kw["sparse_field"], limit=kw["limit"],
-                                threads=kw["threads"])
-        writer = EsDocumentWriter(EsBulkWriter(client, kw["index_name"]), sparse_field=kw["sparse_field"])
-        summary = run_index_job(config, resume=kw["resume"], restart=kw["restart"], writer=writer,
-                                progress=not kw["no_progress"])
+                                threads=kw["threads"], encoder_runtime=kw.get("encoder_runtime", "torch"))
+        if ray:
+            # each Ray actor builds its own client and writer from the picklable factory
+            from ..encoding.ray_job import RayOptions, run_ray_index_job
+
+            options = RayOptions(workers=kw["workers"], address=kw["address"],
+                                 num_gpus_per_worker=kw["num_gpus_per_worker"], cpus_per_worker=kw["cpus_per_worker"])
+            summary = run_ray_index_job(config, options, resume=kw["resume"], restart=kw["restart"],
+                                        writer_factory=factory, progress=not kw["no_progress"])
+        else:
+            summary = run_index_job(config, resume=kw["resume"], restart=kw["restart"], writer=writer,
+                                    progress=not kw["no_progress"])
     summary["backend"] = "elasticsearch"  # the job's Backend literal has no elasticsearch entry yet
     echo_json(summary)
 

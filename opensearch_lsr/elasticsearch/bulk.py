@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import DEFAULT_VECTOR_FIELD
@@ -26,7 +27,7 @@ from ..engines.base import BulkOutcome
 from ..engines.bulk_retry import ClusterDocumentWriter, RequestFailed, RetryingBulkWriter, is_retryable_status
 from .keys import sanitize_features
 
-__all__ = ["EsBulkWriter", "EsDocumentWriter"]
+__all__ = ["EsBulkWriter", "EsDocumentWriter", "EsWriterFactory"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,3 +78,23 @@ class EsDocumentWriter(ClusterDocumentWriter):
 
     def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
         return self.bulk.write([self._fix(a) for a in actions])
+
+
+@dataclass(frozen=True)
+class EsWriterFactory:
+    """A picklable zero-argument factory of :class:`EsDocumentWriter` for ``lsr-os index --engine ray``.
+
+    Each Ray encoder actor calls it once to build its own client and writer (a client cannot be shipped
+    to another process). ``connection``: the keyword arguments of
+    :func:`~opensearch_lsr.elasticsearch.client.make_es_client`, resolved on the driver.
+    """
+
+    connection: dict[str, Any] = field(repr=False)
+    index: str
+    sparse_field: str = DEFAULT_VECTOR_FIELD
+
+    def __call__(self) -> EsDocumentWriter:
+        from .client import make_es_client
+
+        return EsDocumentWriter(EsBulkWriter(make_es_client(**self.connection), self.index),
+                                sparse_field=self.sparse_field)

@@ -106,15 +106,42 @@ def test_connection_errors_are_one_sentence(monkeypatch, es_bundle):
     assert res.exit_code != 0 and secret not in res.output
 
 
-def test_index_engine_ray_on_elasticsearch_is_refused_not_ignored(tmp_path):
-    """`--backend elasticsearch --engine ray` used to run the single-process job silently."""
-    from click.testing import CliRunner
+def test_index_engine_ray_on_elasticsearch_hands_the_actors_a_picklable_writer_factory(es_double, tmp_path,
+                                                                                      monkeypatch):
+    """`--backend elasticsearch --engine ray` used to run the single-process job silently, then was refused;
+    it now reaches run_ray_index_job with a factory each actor calls to build its own client and writer."""
+    import pickle
 
-    from opensearch_lsr.cli import cli
+    from opensearch_lsr.elasticsearch.bulk import EsDocumentWriter, EsWriterFactory
+    from opensearch_lsr.elasticsearch.client import make_es_client
+    from opensearch_lsr.elasticsearch.engine import ElasticsearchEngine
+    from opensearch_lsr.encoding import ray_job
 
+    seen = {}
+
+    def fake_ray_job(config, options, **kw):
+        seen.update(config=config, options=options, **kw)
+        return {"indexed": 0}
+
+    monkeypatch.setattr(ray_job, "run_ray_index_job", fake_ray_job)
+    monkeypatch.delenv("ELASTICSEARCH_URL", raising=False)
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"_id": "1", "text": "a"}\n', encoding="utf-8")
-    result = CliRunner().invoke(cli, ["index", "--backend", "elasticsearch", "--engine", "ray", "--corpus", str(corpus),
-                                      "--model", "splade-tiny", "--index", "i", "--url", "http://localhost:1"])
-    assert result.exit_code != 0
-    assert "--engine ray with --backend elasticsearch" in result.output
+    args = ["index", "--backend", "elasticsearch", "--corpus", str(corpus), "--model", "splade-tiny", "--index", "docs",
+            "--url", es_double.url, "--no-progress"]
+    out = _json(CliRunner().invoke(cli, args + ["--engine", "ray", "--workers", "2", "--cpus-per-worker", "1"]))
+    assert out["backend"] == "elasticsearch"
+    assert seen["options"].workers == 2 and seen["config"].index == "docs"
+    factory = pickle.loads(pickle.dumps(seen["writer_factory"]))   # what Ray ships to each actor
+    assert isinstance(factory, EsWriterFactory) and factory.connection["url"] == es_double.url
+    ElasticsearchEngine(make_es_client(es_double.url)).create_index("docs")
+    writer = factory()
+    assert isinstance(writer, EsDocumentWriter)
+    outcomes = writer.write([{"_index": "docs", "_id": "x1", "_source": {"text": "a", "sparse_embedding": {"a.b": 1.5}}}])
+    assert [o.ok for o in outcomes] == [True]
+    client = make_es_client(es_double.url)
+    client.indices.refresh(index="docs")
+    assert client.count(index="docs")["count"] == 1
+    assert es_double.violations == []
+    refused = CliRunner().invoke(cli, args + ["--workers", "2"])          # Ray options without --engine ray
+    assert refused.exit_code != 0 and "--workers only apply with --engine ray" in refused.output

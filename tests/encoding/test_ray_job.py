@@ -271,7 +271,7 @@ def test_elasticsearch_double_sink_with_a_writer_factory(reference, tmp_path, ti
         spec.loader.exec_module(module)
     from es_double import ElasticsearchDouble
 
-    from opensearch_lsr.elasticsearch.bulk import EsBulkWriter, EsDocumentWriter
+    from opensearch_lsr.elasticsearch.bulk import EsWriterFactory
     from opensearch_lsr.elasticsearch.client import make_es_client
     from opensearch_lsr.elasticsearch.engine import ElasticsearchEngine
 
@@ -283,7 +283,7 @@ def test_elasticsearch_double_sink_with_a_writer_factory(reference, tmp_path, ti
         cfg = _config(reference, tmp_path, "opensearch", "docs", model=tiny_source_dir, work_dir=str(tmp_path / "w"))
         summary = run_ray_index_job(
             cfg, RayOptions(workers=1), progress=False,
-            writer_factory=lambda: EsDocumentWriter(EsBulkWriter(make_es_client(url, max_retries=1), "docs")))
+            writer_factory=EsWriterFactory({"url": url, "max_retries": 1}, "docs"))  # what `lsr-os index` passes
         assert summary["indexed"] == len(reference["valid"]) - 1 and summary["dead_lettered"] == 1
         dead = [json.loads(line) for line in Path(summary["dead_letter_file"]).read_text().splitlines()]
         assert [(d["_id"], d["source"]) for d in dead] == [("d3", "c.jsonl:5")] and "failed to parse" in dead[0]["reason"]
