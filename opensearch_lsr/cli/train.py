@@ -47,6 +47,9 @@ __all__ = ["train_cmd", "adapt_cmd"]
                    "encoder (all) fixed. The paper trains everything on GPUs; on 2 CPU cores 'embeddings' is the "
                    "recommended choice (the 250k-row matrix's dense AdamW update dominates a step, the 12 layers "
                    "still adapt).")
+@click.option("--no-state-cache", is_flag=True,
+              help="With --freeze-encoder all: run the frozen encoder every step instead of training the head on "
+                   "its cached token states (the default; computed once into $LSR_CACHE/milco_states).")
 @click.option("--epochs", type=float, default=1.0, show_default=True)
 @click.option("--max-steps", type=int, default=-1, show_default=True, help="Stop after N steps (overrides epochs).")
 @click.option("--batch-size", type=int, default=32, show_default=True)
@@ -68,7 +71,7 @@ __all__ = ["train_cmd", "adapt_cmd"]
 @click.option("--seed", type=int, default=42, show_default=True)
 def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, hard_negatives, teacher, teacher_negatives,
               teacher_depth, teacher_temperature, teacher_margin, query_language, queries_from, max_pairs, freeze_encoder,
-              epochs,
+              no_state_cache, epochs,
               max_steps,
               batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
               eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, seed):
@@ -84,7 +87,8 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
             model=model, dataset=dataset, split=split, out=out, loss=loss, inference_free=inference_free, idf=idf,
             query_lr=query_lr, hard_negatives=hard_negatives, teacher=teacher, teacher_negatives=teacher_negatives,
             teacher_depth=teacher_depth, teacher_temperature=teacher_temperature, teacher_margin=teacher_margin,
-            queries_from=queries_from, max_pairs=max_pairs, freeze_encoder=freeze_encoder, epochs=epochs,
+            queries_from=queries_from, max_pairs=max_pairs, freeze_encoder=freeze_encoder,
+            state_cache=not no_state_cache, epochs=epochs,
             max_steps=max_steps,
             batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,
             query_regularizer_weight=query_reg, max_seq_length=max_seq_length, eval_split=eval_split or None,

@@ -194,9 +194,13 @@ def transfer_vt(no_resume: bool, **kwargs) -> None:
               help="Connector MLP width (default: the encoder's hidden size).")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
 @click.option("--no-resume", is_flag=True, help="Restart SAP instead of resuming OUT/sap_checkpoints/last.pt.")
+@click.option("--no-state-cache", is_flag=True,
+              help="With a frozen encoder (--train connector/head): run the encoder every SAP step instead of "
+                   "reading its cached token states (the default; computed once into $LSR_CACHE/milco_states).")
 @click.option("--seed", type=int, default=None)
 def transfer_milco(encoder: str, sparse_head: str, bitext: str | None, out: str, no_sap: bool, no_source_view: bool,
-                   connector_hidden_size: int | None, seed: int | None, no_resume: bool, **sap_options) -> None:
+                   connector_hidden_size: int | None, seed: int | None, no_resume: bool, no_state_cache: bool,
+                   **sap_options) -> None:
     """MILCO: multilingual encoder + connector + LexEcho head on an English SPLADE head, then SAP.
 
     Output ids: [0, V_src) the source view (encoder tokenizer ids), [V_src, V_src + V_en) the English
@@ -214,6 +218,8 @@ def transfer_milco(encoder: str, sparse_head: str, bitext: str | None, out: str,
     sap_given = {k: v for k, v in sap_options.items() if v is not None}
     if no_resume:
         sap_given["resume"] = False
+    if no_state_cache:
+        sap_given["state_cache"] = False
     if seed is not None:
         sap_given["seed"] = seed
     build = {"encoder": encoder, "sparse_head": sparse_head, "bitext": bitext, "out": out, "sap": not no_sap,

@@ -54,6 +54,13 @@ def _states(module_fn, tokenizer, texts: list[str], max_length: int) -> list[tup
     return [(hidden[i], [tuple(o) for o in offsets[i]]) for i in range(len(texts))]
 
 
+def ridge_sample(english: list[str], texts: int, seed: int) -> list[str]:
+    """The English texts the ridge fit reads: ``texts`` of them, a seeded draw, shortest first."""
+    pick = list(range(len(english)))
+    random.Random(seed).shuffle(pick)
+    return sorted((english[i] for i in pick[:texts]), key=len)
+
+
 def _last_layer_norm(mlm: torch.nn.Module) -> torch.nn.LayerNorm:
     norms = [m for m in mlm.base_model.modules() if isinstance(m, torch.nn.LayerNorm)]
     if not norms:
@@ -67,9 +74,8 @@ def ridge_init_connector(model: Any, teacher: Any, english: list[str], *, texts:
     (words used, held-out R^2 of the normalised target)."""
     encoder, head = model[0].auto_model, model[1]
     mlm = teacher[0].auto_model
-    pick = list(range(len(english)))
-    random.Random(seed).shuffle(pick)
-    sample = sorted((english[i] for i in pick[:texts]), key=len)
+    sample = ridge_sample(english, texts, seed)
+    cached = getattr(model[0], "cache", None) is not None  # a CachedTransformer (.cached_encoder): states from disk
     xs, ys = [], []
     was_training = encoder.training, mlm.training
     encoder.eval()
@@ -77,7 +83,12 @@ def ridge_init_connector(model: Any, teacher: Any, english: list[str], *, texts:
     body = mlm.base_model
     for start in tqdm(range(0, len(sample), batch_size), desc="connector init", unit="batch"):
         batch = sample[start:start + batch_size]
-        src = _states(lambda i, m: encoder(input_ids=i, attention_mask=m).last_hidden_state, model.tokenizer, batch, max_length)
+        if cached:
+            states = model[0](model[0].preprocess(batch, max_length=max_length))["token_embeddings"]
+            src = _states(lambda i, m, h=states: h, model.tokenizer, batch, max_length)
+        else:
+            src = _states(lambda i, m: encoder(input_ids=i, attention_mask=m).last_hidden_state, model.tokenizer,
+                          batch, max_length)
         tgt = _states(lambda i, m: body(input_ids=i, attention_mask=m)[0], teacher.tokenizer, batch, max_length)
         for text, (hs, os_), (ht, ot) in zip(batch, src, tgt):
             spans = word_spans(text)

@@ -215,12 +215,33 @@ def milco_transfer(config: MilcoConfig, sap_config: Any | None = None) -> dict[s
         sap_config = sap_config or SapConfig()
         facts["bitext"] = bitext_facts
         sap_config.save(out)
-        facts["sap"] = run_sap(model, teacher, pairs, sap_config, out)
+        with _sap_state_cache(model, pairs, sap_config) as cache_facts:
+            facts["sap"] = run_sap(model, teacher, pairs, sap_config, out)
+        if cache_facts:
+            facts["sap"]["state_cache"] = cache_facts
     model.max_seq_length = int(config.max_seq_length)
     model.save(str(out))
     facts["total_seconds"] = round(time.perf_counter() - started, 2)
     config.save(out, extra=facts)
     return {"out": str(out), **facts}
+
+
+def _sap_state_cache(model: Any, pairs: list[tuple[str, str]], sap_config: Any) -> Any:
+    """SAP with a frozen encoder (``train`` connector/head): the student's encoder served from the token-state
+    cache (:mod:`.cached_encoder`), filled first with every text SAP's student reads; else a no-op."""
+    import contextlib
+
+    if sap_config.train == "all" or not sap_config.state_cache:
+        return contextlib.nullcontext(None)
+    from .cached_encoder import cached_encoder
+    from .connector_init import ridge_sample
+
+    pairs = list(pairs[: sap_config.max_pairs] if sap_config.max_pairs else pairs)
+    english = [en for en, _ in pairs]
+    texts = [t for _, t in pairs] + (english if sap_config.english_side else [])
+    if sap_config.connector_init == "ridge":
+        texts += ridge_sample(english, sap_config.init_texts, sap_config.seed)
+    return cached_encoder(model, texts, sap_config.max_seq_length, desc="encoder states (SAP student texts)")
 
 
 def read_milco_summary(out: str | os.PathLike) -> dict[str, Any]:

@@ -78,6 +78,9 @@ class SapConfig(ArtifactConfig):
         save_steps / logging_steps: checkpoint and log intervals (steps).
         resume: continue from ``sap_checkpoints/last.pt`` when present.
         threads: torch threads (0: leave torch's setting).
+        state_cache: with ``train`` ``connector`` or ``head`` (frozen encoder), compute the encoder's token states
+            of every bitext text once (:mod:`.state_cache`) and run SAP's student on them
+            (:func:`.milco.milco_transfer`); ``False`` runs the encoder every step.
     """
 
     FILENAME = "sap_config.json"
@@ -100,6 +103,7 @@ class SapConfig(ArtifactConfig):
     resume: bool = True
     seed: int = 42
     threads: int = 0
+    state_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.connector_init not in CONNECTOR_INITS:

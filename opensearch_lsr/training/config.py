@@ -57,6 +57,9 @@ class TrainConfig(ArtifactConfig):
             GPUs), ``embeddings`` keeps the multilingual encoder's word-embedding matrix fixed (250k x 384 for
             e5-small: its dense AdamW update dominates a CPU step), ``all`` the whole encoder (connector,
             English head and ``[ECHO]`` row train).
+        state_cache: with ``freeze_encoder="all"``, compute the frozen encoder's token states of every training
+            text once (:mod:`opensearch_lsr.multilingual.state_cache`) and train the head on them (no encoder
+            forward per step, hence no encoder dropout); ``False`` runs the encoder every step.
         eval_split / eval_queries / eval_corpus: dev evaluation during training on a subset
             (``eval_queries`` queries; ``eval_corpus`` documents = their positives + random others;
             0 = all). ``eval_steps`` 0 evaluates at the end only.
@@ -86,6 +89,7 @@ class TrainConfig(ArtifactConfig):
     queries_from: str | None = None
     max_pairs: int = 0
     freeze_encoder: FreezeEncoder = "none"
+    state_cache: bool = True
     epochs: float = 1.0
     max_steps: int = -1
     batch_size: int = 32

@@ -193,6 +193,18 @@ def _freeze_milco_encoder(model, config: TrainConfig) -> None:
         param.requires_grad_(False)
 
 
+def _enter_state_cache(stack: contextlib.ExitStack, model, config: TrainConfig, dataset) -> dict[str, Any] | None:
+    """``--freeze-encoder all`` on a MILCO model: fill the encoder-state cache with every training text and
+    serve the encoder from it until ``stack`` closes (:mod:`opensearch_lsr.multilingual.cached_encoder`)."""
+    if config.freeze_encoder != "all" or not config.state_cache or _milco_encoder(model) is None:
+        return None
+    from ..multilingual.cached_encoder import cached_encoder, milco_texts_of_dataset
+
+    # texts outside the training set (a dev evaluator's) are computed on the fly, not stored
+    return stack.enter_context(cached_encoder(model, milco_texts_of_dataset(dataset), config.max_seq_length,
+                                              compute_missing=True, desc="encoder states (training texts)"))
+
+
 def _milco_dir(path: str) -> bool:
     from ..multilingual.milco import is_milco_dir
 
@@ -300,6 +312,8 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
         loss = build_loss(model, loss_name, config)
 
         subset_eval = _dev_evaluator(config, data, subset=True)
+        restore = contextlib.ExitStack()
+        state_cache = _enter_state_cache(restore, model, config, train_dataset)
         ckpt_dir = out / CHECKPOINT_DIR
         resume_from = get_last_checkpoint(str(ckpt_dir)) if (config.resume and ckpt_dir.is_dir()) else None
         if config.resume and resume_from is None:
@@ -350,6 +364,7 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
             train_seconds = time.perf_counter() - start
             if subset_eval is not None and not config.eval_steps:
                 subset_eval(model, steps=trainer.state.global_step)
+            restore.close()  # the original encoder module back: the saved model is encoder + trained head
             _set_max_seq_length(model, inference_lengths)
             if config.query_lr > 0:
                 _clamp_query_weights(model)
@@ -366,6 +381,8 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
                     final_dev = dict(full_eval.history[-1])
                     final_seconds = time.perf_counter() - t0
     finally:
+        if "restore" in locals():
+            restore.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
     rows = read_loss_log(out / LOSS_LOG_FILE) if (out / LOSS_LOG_FILE).exists() else []
@@ -384,6 +401,6 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
                                f"(of {len(data.rows)} pairs)")
     config.save(out, extra={"pairs": len(data.rows), "skipped_rows": len(data.skipped), "resolved_loss": loss_name,
                             "num_negatives": data.num_negatives, "train_runtime_s": round(train_seconds, 2),
-                            "train_loss": getattr(state, "training_loss", None)})
+                            "train_loss": getattr(state, "training_loss", None), "state_cache": state_cache})
     write_json(out / SUMMARY_FILE, result.to_dict())
     return result
