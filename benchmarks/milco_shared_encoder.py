@@ -9,6 +9,13 @@ script's ``--row`` picks it up (same texts, same order, same special-column zero
 It refuses models whose encoder weights differ (checked by hashing every encoder tensor).
 
     python benchmarks/milco_shared_encoder.py --lang ko --model runs/xl/milco-sap2-ft --model runs/xl/milco-nosap-ft
+
+``--fill-states ko-corpus,ko-queries,...`` instead fills the frozen encoder's token-state cache
+(opensearch_lsr.multilingual.state_cache) with the texts crosslingual.py encodes (corpora and dev queries at
+the model's inference length, in resumable chunks, ``--max-minutes`` per call), after which crosslingual.py
+encodes any frozen-encoder MILCO row with the head alone (``MilcoEncoder`` reads the cache by default):
+
+    python benchmarks/milco_shared_encoder.py --fill-states ko-queries,en-queries,ko-corpus --model runs/xl/milco-sap2
 """
 from __future__ import annotations
 
@@ -67,12 +74,38 @@ def encode_shared(models: list, texts: list[str], batch_size: int) -> list[sp.cs
     return mats
 
 
+def fill_states(args) -> int:
+    """Fill the state cache of the first ``--model``'s encoder with crosslingual.py's texts."""
+    from opensearch_lsr.multilingual.state_cache import TokenStateCache
+
+    model = load_milco(args.model[0])
+    cache = TokenStateCache(model[0])
+    st = xl.Settings(args.ko, args.en)
+    budget = args.max_minutes * 60 if args.max_minutes else None
+    t0 = time.perf_counter()
+    for part in [p.strip() for p in args.fill_states.split(",") if p.strip()]:
+        lang, _, what = part.partition("-")
+        if lang not in ("ko", "en") or what not in ("corpus", "queries"):
+            raise SystemExit(f"--fill-states takes ko-corpus, en-corpus, ko-queries, en-queries; got {part!r}")
+        texts = list((st.corpus if what == "corpus" else st.queries)[lang].values())
+        left = None if budget is None else max(0.0, budget - (time.perf_counter() - t0))
+        facts = cache.fill(texts, model.max_seq_length, desc=part, max_seconds=left)
+        print(json.dumps({"part": part, **facts}), flush=True)
+        if facts["remaining"]:
+            print(f"stopped at the time budget: {facts['remaining']} texts of {part} left (run again)")
+            return 3
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ko", default="../shared/data/msmarco-ko")
     ap.add_argument("--en", default=None)
     ap.add_argument("--work", default="runs/xling", help="benchmarks/crosslingual.py's --work")
-    ap.add_argument("--lang", choices=["ko", "en"], required=True, help="Which corpus to encode.")
+    ap.add_argument("--lang", choices=["ko", "en"], default=None, help="Which corpus to encode.")
+    ap.add_argument("--fill-states", default=None,
+                    help="Fill the token-state cache instead: comma-separated ko-corpus, en-corpus, ko-queries, en-queries.")
+    ap.add_argument("--max-minutes", type=float, default=None, help="--fill-states: stop after this long (resumable).")
     ap.add_argument("--model", action="append", required=True, help="A MILCO dir (repeat).")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=0)
@@ -82,6 +115,10 @@ def main() -> int:
     for m in args.model:
         if not is_milco_dir(m):
             ap.error(f"{m} is not a MILCO model directory")
+    if args.fill_states:
+        return fill_states(args)
+    if args.lang is None:
+        ap.error("--lang is required (or --fill-states)")
     models = [load_milco(m) for m in args.model]
     for m in models:
         m.eval()

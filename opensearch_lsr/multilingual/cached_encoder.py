@@ -24,7 +24,7 @@ from sentence_transformers.base.modules.input_module import InputModule
 
 from .state_cache import StateCacheMiss, TokenStateCache
 
-__all__ = ["CachedTransformer", "cached_encoder", "milco_texts_of_dataset"]
+__all__ = ["CachedTransformer", "cached_encoder", "milco_texts_of_dataset", "encode_from_cache"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,3 +173,45 @@ def cached_encoder(model: Any, texts: Iterable[str], max_seq_length: int, root: 
         yield facts
     finally:
         model._modules[key] = transformer
+
+
+def encode_from_cache(model: Any, texts: Sequence[str], batch_size: int = 64, max_seq_length: int | None = None,
+                      root: str | None = None, progress: bool = False, batch_tokens: int = 4096) -> Any:
+    """MILCO vectors ``scipy.sparse.csr_matrix [n, V_src + V_en]`` of ``texts`` with the encoder read from the
+    state cache (states not cached yet are computed and stored first): the head alone runs, in length-sorted
+    batches of at most ``batch_size`` texts and ``batch_tokens`` padded tokens (the ``[tokens, V_en]`` logits
+    bound the memory). Same vectors as ``model.encode`` up to the fp16 storage of the states."""
+    import scipy.sparse as sp
+    from tqdm.auto import tqdm
+
+    transformer = model[0].transformer if isinstance(model[0], CachedTransformer) else model[0]
+    length = int(max_seq_length or model.max_seq_length)
+    cache = TokenStateCache(transformer, root=root)
+    cache.fill(texts, length, desc="encoder states", progress=progress)
+    module = CachedTransformer(transformer, cache)
+    head = model[1]
+    texts = list(texts)
+    lengths = [len(r) for r in cache.token_ids(texts, length)]
+    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+    batches, start = [], 0
+    while start < len(order):
+        size = max(1, min(batch_size, batch_tokens // max(1, lengths[order[start]])))
+        batches.append(order[start:start + size])
+        start += size
+    parts, done = [], []
+    was_training = head.training
+    head.eval()
+    with torch.inference_mode():
+        for idx in tqdm(batches, desc="MILCO head", unit="batch", disable=not progress):
+            features = module(module.preprocess([texts[i] for i in idx], max_length=length))
+            out = head(features)["sentence_embedding"].to(torch.float32).numpy()
+            parts.append(sp.csr_matrix(out))
+            done += idx
+    head.train(was_training)
+    if not parts:
+        return sp.csr_matrix((0, head.get_embedding_dimension()), dtype=np.float32)
+    inverse = np.empty(len(done), dtype=np.int64)
+    inverse[np.asarray(done)] = np.arange(len(done))
+    mat = sp.vstack(parts).tocsr()[inverse]
+    mat.eliminate_zeros()
+    return mat

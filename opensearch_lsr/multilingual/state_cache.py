@@ -199,9 +199,10 @@ class TokenStateCache:
         return [hidden[i, :len(row)].float().cpu() for i, row in enumerate(ids)]
 
     def fill(self, texts: Iterable[str], max_seq_length: int, batch_size: int = 32, chunk_texts: int = 512,
-             desc: str = "encoder states", progress: bool = True) -> dict[str, Any]:
+             desc: str = "encoder states", progress: bool = True, max_seconds: float | None = None) -> dict[str, Any]:
         """Compute and store the states of every text not cached yet (deduplicated, longest first, in
-        chunks of ``chunk_texts``: an interrupted fill keeps its finished chunks). Returns fill facts."""
+        chunks of ``chunk_texts``: an interrupted fill keeps its finished chunks; ``max_seconds`` stops after
+        the chunk that crosses it, ``remaining`` in the facts). Returns fill facts."""
         import time
 
         texts = list(texts)
@@ -214,8 +215,12 @@ class TokenStateCache:
         order = sorted(todo, key=lambda k: -len(todo[k]))
         tokens = sum(len(todo[k]) for k in order)
         t0 = time.perf_counter()
+        remaining = 0
         with tqdm(total=tokens, desc=desc, unit="tok", unit_scale=True, disable=not progress) as bar:
             for start in range(0, len(order), chunk_texts):
+                if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                    remaining = len(order) - start
+                    break
                 chunk_keys = order[start:start + chunk_texts]
                 chunk_ids = [todo[k] for k in chunk_keys]
                 states: list[np.ndarray] = []
@@ -225,8 +230,9 @@ class TokenStateCache:
                     bar.update(sum(len(r) for r in batch))
                 self._write_chunk(chunk_keys, states, chunk_ids)
                 self.reload()
-        facts = {"texts": len(texts), "unique": len(set(keys)), "computed": len(order), "tokens_computed": tokens,
-                 "seconds": round(time.perf_counter() - t0, 2), "cache": str(self.dir)}
+        facts = {"texts": len(texts), "unique": len(set(keys)), "computed": len(order) - remaining,
+                 "remaining": remaining, "tokens_todo": tokens, "seconds": round(time.perf_counter() - t0, 2),
+                 "cache": str(self.dir)}
         if order:
             logger.info("encoder state cache: %s", facts)
         return facts

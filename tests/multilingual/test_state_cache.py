@@ -151,3 +151,14 @@ def test_sap_on_cached_states_matches_uncached(still_xlmr_dir, tiny_source_dir, 
     for a, b in zip(logs[True], logs[False]):
         assert math.isclose(a["loss"], b["loss"], rel_tol=1e-2, abs_tol=1e-3), (a, b)
     assert len(logs[True]) == len(logs[False]) == 6
+
+
+def test_encode_from_cache_equals_encode(still_milco_dir, tmp_path):
+    from opensearch_lsr.encoding.keyed import encode_to_csr
+    from opensearch_lsr.multilingual.cached_encoder import encode_from_cache
+
+    model = load_milco(still_milco_dir)
+    ref = encode_to_csr(model, TEXTS, "document", batch_size=2).toarray()
+    got = encode_from_cache(model, TEXTS, batch_size=3, batch_tokens=20, root=str(tmp_path / "c"))
+    assert got.shape == ref.shape and abs(got.toarray() - ref).max() < 2e-3
+    assert len(TokenStateCache(model[0], root=tmp_path / "c")) == 4  # filled once, reused next time
