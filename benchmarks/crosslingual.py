@@ -152,6 +152,9 @@ class MilcoEncoder:
 
         self.model = load_milco(path)
         self.keys = milco_key_names(self.model)
+        from opensearch_lsr.training.fused_splade import splade_max_pool
+
+        self.model[1].pivot_pool = splade_max_pool  # same vectors, no [B, L, V_en] logits
 
     def to_csr(self, texts, kind, batch_size: int = 32, show_progress_bar: bool = False):
         from opensearch_lsr.encoding.keyed import encode_to_csr

@@ -105,6 +105,9 @@ class LexEchoHead(Module):
         self.register_buffer("source_keep", self._keep(self.source_vocab_size, self.source_special_ids), persistent=False)
         self.register_buffer("pivot_keep", self._keep(self.pivot_vocab_size, self.pivot_special_ids), persistent=False)
         self.pivot_tokenizer = None  # the English tokenizer (key names); set by load / milco.build_milco
+        #: optional ``f(hidden, mask, weight, bias, "relu") -> [B, V_en]`` computing the pivot view without the
+        #: ``[B, L, V_en]`` logits (the trainer sets ``training.fused_splade.splade_max_pool``: same numbers)
+        self.pivot_pool = None
 
     @staticmethod
     def _keep(size: int, special: list[int]) -> torch.Tensor:
@@ -146,7 +149,10 @@ class LexEchoHead(Module):
               input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(source [B, V_src], pivot [B, V_en])`` for a batch of encoder token states."""
         hidden = self.pivot_hidden(token_embeddings)
-        pivot = self.pivot_from_logits(self.pooled_logits(hidden, attention_mask))
+        if self.pivot_pool is not None:  # max_t log1p(relu(z_t)) = log1p(relu(max_t z_t)), chunked over the vocabulary
+            pivot = self.pivot_pool(hidden, attention_mask, self.decoder.weight, self.decoder.bias, "relu") * self.pivot_keep
+        else:
+            pivot = self.pivot_from_logits(self.pooled_logits(hidden, attention_mask))
         return self.source_from_hidden(hidden, attention_mask, input_ids), pivot
 
     def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:

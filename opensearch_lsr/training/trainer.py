@@ -200,6 +200,12 @@ def _enter_state_cache(stack: contextlib.ExitStack, model, config: TrainConfig, 
         return None
     from ..multilingual.cached_encoder import cached_encoder, milco_texts_of_dataset
 
+    if config.fused:  # the head's pivot view without the [B, L, V_en] logits (same numbers)
+        from .fused_splade import splade_max_pool
+
+        head = model[1]
+        head.pivot_pool = splade_max_pool
+        stack.callback(setattr, head, "pivot_pool", None)
     # texts outside the training set (a dev evaluator's) are computed on the fly, not stored
     return stack.enter_context(cached_encoder(model, milco_texts_of_dataset(dataset), config.max_seq_length,
                                               compute_missing=True, desc="encoder states (training texts)"))

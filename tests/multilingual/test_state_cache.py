@@ -162,3 +162,21 @@ def test_encode_from_cache_equals_encode(still_milco_dir, tmp_path):
     got = encode_from_cache(model, TEXTS, batch_size=3, batch_tokens=20, root=str(tmp_path / "c"))
     assert got.shape == ref.shape and abs(got.toarray() - ref).max() < 2e-3
     assert len(TokenStateCache(model[0], root=tmp_path / "c")) == 4  # filled once, reused next time
+
+
+def test_fused_pivot_pool_same_view_and_gradients(still_milco_dir):
+    from opensearch_lsr.training.fused_splade import splade_max_pool
+
+    model = load_milco(still_milco_dir)
+    head = model[1]
+    with torch.no_grad():
+        features = model[0](model.preprocess(TEXTS[:4]))
+    outs, grads = [], []
+    for pool in (None, splade_max_pool):
+        head.pivot_pool = pool
+        head.zero_grad()
+        out = head(dict(features))["sentence_embedding"]
+        (out ** 2).sum().backward()
+        outs.append(out.detach())
+        grads.append(head.connector[0].weight.grad.clone())
+    assert torch.allclose(outs[0], outs[1], atol=1e-5) and torch.allclose(grads[0], grads[1], atol=1e-4, rtol=1e-4)
