@@ -68,13 +68,14 @@ __all__ = ["train_cmd", "adapt_cmd"]
 @click.option("--skip-bad-rows", is_flag=True, help="Log and drop bad rows instead of failing.")
 @click.option("--no-fused", is_flag=True, help="Use the stock decoder + SpladePooling (slower, same numbers).")
 @click.option("--bf16", is_flag=True, help="bfloat16 mixed precision (CUDA only).")
+@click.option("--threads", type=int, default=2, show_default=True, help="torch threads (0: torch's choice).")
 @click.option("--seed", type=int, default=42, show_default=True)
 def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, hard_negatives, teacher, teacher_negatives,
               teacher_depth, teacher_temperature, teacher_margin, query_language, queries_from, max_pairs, freeze_encoder,
               no_state_cache, epochs,
               max_steps,
               batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
-              eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, seed):
+              eval_corpus, eval_steps, no_final_eval, save_steps, resume, skip_bad_rows, no_fused, bf16, threads, seed):
     """Fine-tune a sparse encoder (SpladeLoss: InfoNCE / MarginMSE / KL + FLOPS) on query-passage pairs."""
     from ..training import TrainConfig, train
 
@@ -93,7 +94,7 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
             batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,
             query_regularizer_weight=query_reg, max_seq_length=max_seq_length, eval_split=eval_split or None,
             eval_queries=eval_queries, eval_corpus=eval_corpus, eval_steps=eval_steps, final_eval=not no_final_eval,
-            save_steps=save_steps, resume=resume, fused=not no_fused, bf16=bf16, seed=seed,
+            save_steps=save_steps, resume=resume, fused=not no_fused, bf16=bf16, threads=threads, seed=seed,
         )
         result = train(config, skip_bad_rows=skip_bad_rows)
     echo_json(result.to_dict())

@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 STATE_CACHE_DIR = "milco_states"
 KEY_BYTES = 20
+FINGERPRINT_CONFIG_KEYS: tuple[str, ...] = (
+    "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+    "layer_norm_eps", "max_position_embeddings", "position_embedding_type", "type_vocab_size", "vocab_size",
+    "pad_token_id")
 
 
 class StateCacheMiss(LsrError, KeyError):
@@ -62,8 +66,9 @@ def encoder_fingerprint(transformer: Any) -> str:
     model = _auto_model(transformer)
     h = hashlib.sha1(type(model).__name__.encode())
     config = getattr(model, "config", None)
-    if config is not None:
-        h.update(json.dumps(config.to_diff_dict(), sort_keys=True, default=str).encode())
+    if config is not None:  # the fields that shape the forward (not paths or versions: saved copies must match)
+        h.update(json.dumps({k: getattr(config, k, None) for k in FINGERPRINT_CONFIG_KEYS}, sort_keys=True,
+                            default=str).encode())
     for name, tensor in sorted(model.state_dict().items()):
         if name.startswith("pooler."):  # not on the token-state path (and randomly re-initialised on load)
             continue

@@ -48,8 +48,14 @@ def _embed(model, texts, max_length=32):
         return model(model.preprocess(texts, max_length=max_length))
 
 
-def test_fill_lookup_resume_and_keys(still_milco_dir, tmp_path):
+def test_fill_lookup_resume_and_keys(still_milco_dir, still_xlmr_dir, tmp_path):
+    from sentence_transformers.sparse_encoder.modules import Transformer
+
+    from opensearch_lsr.multilingual.state_cache import encoder_fingerprint
+
     model = load_milco(still_milco_dir)
+    # a MILCO directory's saved encoder and the encoder it was built from share one cache
+    assert encoder_fingerprint(model[0]) == encoder_fingerprint(Transformer(str(still_xlmr_dir)))
     cache = TokenStateCache(model[0], root=tmp_path / "c")
     facts = cache.fill(TEXTS, 32, batch_size=2, chunk_texts=2, progress=False)
     assert facts["unique"] == 4 and facts["computed"] == 4 and len(cache) == 4
