@@ -485,8 +485,10 @@ def render() -> Path:
                          f"{rec['wall_s'] if rec['passed'] else 'FAIL'} | {rec['peak_rss_mb']} | {a_wall} | {a_peak} | "
                          f"{ratio} |")
             machines.add(rec["machine"])
-    lines += ["", "Machine: " + "; ".join(sorted(machines)) + " (shared with other jobs; cells ran under "
-              "`flock /tmp/lsr-heavy.lock`, niced, 2 threads)."]
+    lines += ["", "Machine: " + "; ".join(sorted(machines)) + " (shared with other jobs, 2 torch threads "
+              "per cell, niced: the bert-base row under a lock that kept other timed jobs out, the other rows beside "
+              "one single-thread job (load average ~3), so their wall times are upper bounds; peak memory is "
+              "unaffected). Each cell's date is in its row."]
     MARKDOWN.parent.mkdir(parents=True, exist_ok=True)
     MARKDOWN.write_text("\n".join(lines) + "\n")
     return MARKDOWN
