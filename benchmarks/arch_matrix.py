@@ -344,7 +344,7 @@ def machine() -> str:
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     return (f"{os.cpu_count()} cores ({cpu}), {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
-            f"{platform.system()} {platform.python_version()}")
+            f"{platform.system()}, Python {platform.python_version()}")
 
 
 # ----------------------------------------------------------------------------- orchestration
