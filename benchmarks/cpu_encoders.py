@@ -18,6 +18,7 @@ Variants (``--variants``; the defaults are all of them):
 * ``ours-onnx`` / ``ours-onnx-int8``: :class:`~opensearch_lsr.encoding.onnx_backend.OnnxSparseDocumentEncoder`
   (body in ONNX Runtime, fused; int8 dynamic quantization of the body; SPLADE head in torch);
   ``ours-onnx-bf16`` / ``ours-onnx-int8-bf16``: the same with the torch head under bf16 autocast.
+* ``ours-openvino``: the same class with the plain ONNX body compiled by OpenVINO at f32 (equal output).
 * ``st-torch``: sentence-transformers (this venv's version) ``SparseEncoder.encode_document``.
 * ``st-onnx``, ``st-onnx-O1`` .. ``st-onnx-O4``, ``st-onnx-qint8``, ``st-openvino``, ``st-openvino-qint8``:
   sentence-transformers' ONNX / OpenVINO backends (``export_optimized_onnx_model``,
@@ -55,7 +56,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path("/work/shared/data/msmarco-ko")
-OURS = ("ours-torch", "ours-onnx", "ours-onnx-int8")
+OURS = ("ours-torch", "ours-onnx", "ours-onnx-int8", "ours-openvino")
 ST_MAIN = ("st-torch",)
 ST_SIDE = ("st-onnx", "st-onnx-O1", "st-onnx-O2", "st-onnx-O3", "st-onnx-O4", "st-onnx-qint8",
            "st-openvino", "st-openvino-qint8")
@@ -170,7 +171,7 @@ def worker(args) -> None:
         sys.path.insert(0, str(ROOT))
         from opensearch_lsr.encoding.onnx_backend import open_document_encoder
 
-        runtime = {"ours-onnx": "onnx", "ours-onnx-int8": "onnx-int8"}.get(args.variant.removesuffix("-bf16"), "torch")
+        runtime = {"ours-onnx": "onnx", "ours-onnx-int8": "onnx-int8", "ours-openvino": "openvino"}.get(args.variant.removesuffix("-bf16"), "torch")
         kwargs = {"device": args.device, "batch_size": args.batch_size, "num_threads": args.threads,
                   "precision": "bf16" if args.variant.endswith("bf16") else "fp32"}
         if runtime != "torch" and args.onnx_cache:
@@ -438,7 +439,7 @@ def run(args) -> None:
             variants = [v for v in variants if v not in side or result["st_export"].get(v) == "ok"]
     # ours: build the ONNX exports once, untimed, in the work dir (lsr-os index caches next to the model)
     for v in variants:
-        if v.startswith("ours-onnx"):
+        if v.startswith(("ours-onnx", "ours-openvino")):
             from opensearch_lsr.encoding.onnx_backend import OnnxSparseDocumentEncoder
 
             OnnxSparseDocumentEncoder(model, runtime=v[5:].removesuffix("-bf16"), num_threads=1,  # type: ignore[arg-type]

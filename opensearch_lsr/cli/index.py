@@ -45,10 +45,12 @@ __all__ = ["index_command"]
 @click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--encoder-runtime", type=click.Choice(["torch", "onnx", "onnx-int8"]), default="torch", show_default=True,
-              help="Document encoder: torch (any device) or the transformer body in ONNX Runtime on CPU (onnx: fused "
-                   "fp32, same vectors; onnx-int8: int8 body). Needs pip install 'opensearch-lsr[onnx]'; the export "
-                   "is cached in <model>/onnx-lsr/.")
+@click.option("--encoder-runtime", type=click.Choice(["torch", "onnx", "onnx-int8", "openvino"]), default="torch",
+              show_default=True,
+              help="Document encoder: torch (any device) or the transformer body compiled for CPU: onnx (ONNX Runtime, "
+                   "fused fp32, same vectors), onnx-int8 (int8 body), openvino (OpenVINO f32, same vectors; fastest "
+                   "at BERT-base size here). Needs pip install 'opensearch-lsr[onnx]' or '[openvino]'; the export is "
+                   "cached in <model>/onnx-lsr/.")
 @click.option("--engine", type=click.Choice(["single", "ray"]), default="single", show_default=True,
               help="single: this process (checkpointed); ray: Ray Data, a pool of encoder actors writing from "
                    "the workers (blocks of --chunk-docs records; needs the 'ray' extra).")

@@ -1,4 +1,5 @@
-"""ONNX Runtime document encoder for CPU: the transformer body in ONNX Runtime, the SPLADE head in torch.
+"""Compiled-body document encoder for CPU: the transformer body in ONNX Runtime or OpenVINO, the SPLADE
+head in torch.
 
 :class:`OnnxSparseDocumentEncoder` computes what :class:`~.encoder.SparseDocumentEncoder` computes
 (the exported OpenSearch ``SPARSE_ENCODING`` weights ``log(1 + relu(max_i z_ij))``) and reuses all of it
@@ -14,6 +15,10 @@ Runtime:
   quantization (``onnxruntime.quantization.quantize_dynamic``: int8 weights, per-channel, uint8
   activations; VNNI kernels where the CPU has them). The MLM decoder stays fp32: its logits feed the
   max directly, so int8 there would move weights most.
+
+* ``runtime="openvino"`` compiles the plain (unfused) ONNX export with OpenVINO's CPU plugin at f32
+  (``INFERENCE_PRECISION_HINT``: its default on AVX512-BF16/AMX CPUs is bf16, which is *not* equal output);
+  OpenVINO does its own fusions (ONNX Runtime's contrib ops would not load there).
 
 Why the head is not exported too: ONNX Runtime would run the decoder as one ``[tokens, V]`` MatMul and a
 ReduceMax, materialising the logits this package's encoder exists to avoid (see ``encoder.py``).
@@ -46,6 +51,7 @@ __all__ = [
     "OnnxBackendError",
     "OnnxExportConfig",
     "OnnxSparseDocumentEncoder",
+    "compile_body",
     "export_onnx_body",
     "onnx_body_path",
     "open_document_encoder",
@@ -53,8 +59,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EncoderRuntime = Literal["torch", "onnx", "onnx-int8"]
-_ONNX_RUNTIMES = ("onnx", "onnx-int8")
+EncoderRuntime = Literal["torch", "onnx", "onnx-int8", "openvino"]
+_ONNX_RUNTIMES = ("onnx", "onnx-int8", "openvino")
 _OPSET = 17
 # fp32 export parity on the check batch (ONNX Runtime's fused kernels reassociate sums: ~1e-6 typical)
 _FP32_PARITY = 1e-3
@@ -80,6 +86,7 @@ class OnnxExportConfig(ArtifactConfig):
     onnxruntime_version: str
     torch_version: str
     parity_max_abs: float
+    openvino_version: str = ""
 
 
 def _require_onnxruntime():
@@ -89,6 +96,19 @@ def _require_onnxruntime():
         raise OnnxBackendError("the onnx encoder runtime needs onnxruntime and onnx: "
                                "pip install 'opensearch-lsr[onnx]' (or use --encoder-runtime torch)") from err
     return onnxruntime
+
+
+def _require_openvino():
+    try:
+        import openvino
+    except ImportError as err:
+        raise OnnxBackendError("the openvino encoder runtime needs openvino: pip install 'opensearch-lsr[openvino]' "
+                               "(or use --encoder-runtime torch)") from err
+    return openvino
+
+
+def _require_runtime(runtime: str):
+    return _require_openvino() if runtime == "openvino" else _require_onnxruntime()
 
 
 def _weights_sha256(model_path: str) -> str:
@@ -168,18 +188,29 @@ def _session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def compile_body(path: Path, runtime: EncoderRuntime, threads: int):
+    """``f(input_ids, attention_mask) -> hidden`` (numpy int64 in, float32 out) for the exported body."""
+    if runtime == "openvino":
+        ov = _require_openvino()
+        compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                               "INFERENCE_NUM_THREADS": int(threads)})
+        request = compiled.create_infer_request()
+        return lambda ids, mask: request.infer([ids, mask])[0].copy()
+    session = _session(path, threads)
+    return lambda ids, mask: session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+
+
 def export_onnx_body(model, model_path: str, out_dir: str | os.PathLike, runtime: EncoderRuntime = "onnx",
                      special_ids: Sequence[int] = ()) -> Path:
-    """Export, fuse (and for ``onnx-int8`` quantize) the body of masked LM ``model`` into ``out_dir``.
+    """Export, fuse (and for ``onnx-int8`` quantize) the body of masked LM ``model`` into ``out_dir``;
+    for ``openvino`` the plain export, which OpenVINO compiles and fuses itself.
 
     Returns the path of ``model.onnx``; ``out_dir`` also gets an :class:`OnnxExportConfig`. Raises
     :class:`OnnxBackendError` when the fp32 export does not reproduce the torch body.
     """
     if runtime not in _ONNX_RUNTIMES:
         raise ValueError(f"runtime {runtime!r} is not one of {', '.join(_ONNX_RUNTIMES)}")
-    ort = _require_onnxruntime()
-    from onnxruntime.transformers.optimizer import optimize_model
-
+    backend = _require_runtime(runtime)
     body = _body_module(model).eval()
     out = Path(out_dir)
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -195,22 +226,28 @@ def export_onnx_body(model, model_path: str, out_dir: str | os.PathLike, runtime
                           dynamic_axes={"input_ids": axes, "attention_mask": axes, "hidden": axes})
         reference = body(*example).numpy()
     config = model.config
-    fused = optimize_model(str(raw), model_type="bert", num_heads=config.num_attention_heads,
-                           hidden_size=config.hidden_size)
-    fused.save_model_to_file(str(fused_path))
-    is_fused = fused.get_fused_operator_statistics().get("Attention", 0) > 0
+    is_fused = runtime != "openvino"
+    if runtime == "openvino":
+        raw.rename(final)
+    else:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        fused = optimize_model(str(raw), model_type="bert", num_heads=config.num_attention_heads,
+                               hidden_size=config.hidden_size)
+        fused.save_model_to_file(str(fused_path))
+        is_fused = fused.get_fused_operator_statistics().get("Attention", 0) > 0
     if runtime == "onnx-int8":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         # the fused contrib ops (com.microsoft domain) have no ONNX shape inference: their outputs are float
         quantize_dynamic(str(fused_path), str(final), weight_type=QuantType.QInt8, per_channel=True,
                          extra_options={"DefaultTensorType": 1})  # onnx.TensorProto.FLOAT
-    else:
+    elif runtime == "onnx":
         fused_path.rename(final)
-    got = _session(final, 1).run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    got = compile_body(final, runtime, 1)(ids, mask)
     real = mask.astype(bool)
     parity = float(np.abs(got - reference)[real].max())
-    if runtime == "onnx" and not parity <= _FP32_PARITY:
+    if runtime != "onnx-int8" and not parity <= _FP32_PARITY:
         shutil.rmtree(tmp, ignore_errors=True)
         raise OnnxBackendError(f"{model_path}: the ONNX export of {type(model).__name__} differs from torch by "
                                f"{parity:.3g} (> {_FP32_PARITY}); use --encoder-runtime torch")
@@ -218,8 +255,9 @@ def export_onnx_body(model, model_path: str, out_dir: str | os.PathLike, runtime
         (tmp / name).unlink(missing_ok=True)
     OnnxExportConfig(source=str(model_path), weights_sha256=_weights_sha256(model_path), runtime=runtime,
                      architecture=type(model).__name__, opset=_OPSET, fused=is_fused,
-                     onnxruntime_version=ort.__version__, torch_version=torch.__version__,
-                     parity_max_abs=parity).save(tmp)
+                     onnxruntime_version=backend.__version__ if runtime != "openvino" else "",
+                     torch_version=torch.__version__, parity_max_abs=parity,
+                     openvino_version=backend.__version__ if runtime == "openvino" else "").save(tmp)
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, out)
@@ -228,11 +266,12 @@ def export_onnx_body(model, model_path: str, out_dir: str | os.PathLike, runtime
 
 
 class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
-    """:class:`~.encoder.SparseDocumentEncoder` with the transformer body in ONNX Runtime (CPU).
+    """:class:`~.encoder.SparseDocumentEncoder` with the transformer body in ONNX Runtime or OpenVINO (CPU).
 
     Args:
         model: as for :class:`~.encoder.SparseDocumentEncoder`.
-        runtime: ``"onnx"`` (fp32, fused; same weights within ~1e-5) or ``"onnx-int8"`` (int8 body).
+        runtime: ``"onnx"`` (ONNX Runtime fp32, fused; same weights within ~1e-5), ``"onnx-int8"`` (int8
+            body) or ``"openvino"`` (OpenVINO f32; same weights within ~1e-5).
         precision: the torch head's: ``"auto"``/``"fp32"`` or ``"bf16"`` (autocast; not equal output).
         cache_dir: where the export is cached (default: next to the model, see :func:`onnx_body_path`).
         num_threads: ONNX Runtime intra-op threads and ``torch.set_num_threads`` for the head
@@ -250,7 +289,7 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
                                    "use --encoder-runtime torch on GPUs")
         if precision not in ("auto", "fp32", "bf16"):
             raise OnnxBackendError(f"the onnx encoder runtime's head runs in fp32 or bf16, not {precision!r}")
-        _require_onnxruntime()
+        _require_runtime(runtime)
         # precision applies to the torch head (bf16 autocast: fast with AVX512-BF16/AMX); the ONNX body is
         # fp32 (onnx) or int8 (onnx-int8)
         super().__init__(model, device="cpu", precision="fp32" if precision == "auto" else precision,  # type: ignore[arg-type]
@@ -260,7 +299,7 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
                                    "use --encoder-runtime torch")
         self.runtime = runtime
         self.onnx_path = self._cached_export(cache_dir)
-        self.session = _session(self.onnx_path, int(num_threads or torch.get_num_threads()))
+        self.body = compile_body(self.onnx_path, runtime, int(num_threads or torch.get_num_threads()))
         self.head = _Head(self._run_body, self.head.transform, self.head.weight, self.head.bias)
         base = self.model.base_model
         base.encoder = None  # the torch body is not used any more: free its layers
@@ -280,8 +319,7 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
             return export_onnx_body(self.model, self.model_path, out, self.runtime, self.special_ids)
 
     def _run_body(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()})[0]
-        return torch.from_numpy(hidden)
+        return torch.from_numpy(self.body(input_ids.numpy(), mask.numpy()))
 
     def __repr__(self) -> str:
         return (f"OnnxSparseDocumentEncoder({self.model_path!r}, runtime={self.runtime}, onnx={str(self.onnx_path)!r}, "
@@ -291,7 +329,7 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
 def open_document_encoder(model: str | os.PathLike, *, runtime: EncoderRuntime = "torch",
                           **kwargs) -> SparseDocumentEncoder:
     """The document encoder for ``runtime``: torch (:class:`~.encoder.SparseDocumentEncoder`, any
-    device) or ONNX Runtime (:class:`OnnxSparseDocumentEncoder`, CPU)."""
+    device) or a compiled body (:class:`OnnxSparseDocumentEncoder`: ONNX Runtime or OpenVINO, CPU)."""
     if runtime not in get_args(EncoderRuntime):
         raise ValueError(f"encoder runtime {runtime!r} is not one of {', '.join(get_args(EncoderRuntime))}")
     if runtime == "torch":

@@ -129,3 +129,18 @@ def test_index_job_with_onnx_runtime_writes_the_same_documents(tmp_path, tiny_so
         run_index_job(IndexJobConfig(corpus=str(small_corpus), model=str(tiny_source_dir), backend="ndjson",
                                      index=str(tmp_path / "gpu"), encoder_runtime="onnx", device="cuda:0"),
                       progress=False)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_openvino_equals_torch(splade_tiny_dir, tmp_path, batch_size):
+    """``--encoder-runtime openvino``: the plain ONNX body compiled by OpenVINO at f32 (its CPU default on
+    AVX512-BF16 machines is bf16, which would move weights ~1e-2), same keys and weights as torch."""
+    pytest.importorskip("openvino")
+    texts = KO + TEXTS
+    ref = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batch_size=batch_size).encode(texts)
+    enc = open_document_encoder(splade_tiny_dir, runtime="openvino", cache_dir=tmp_path, batch_size=batch_size,
+                                num_threads=1)
+    _assert_same_vectors(ref, enc.encode(texts), atol=1e-4)
+    config = OnnxExportConfig.load(tmp_path / "openvino")
+    assert config.runtime == "openvino" and not config.fused and config.openvino_version
+    assert config.parity_max_abs <= 1e-4
