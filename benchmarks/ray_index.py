@@ -194,7 +194,7 @@ def render(r: dict) -> str:
     lines = [
         "# `lsr-os index --engine ray`: documents per second, 1 and 2 workers, against the single-process job",
         "",
-        f"- Command: `{r['command']}` (under `flock /tmp/lsr-heavy.lock nice -n 5`), commit {r.get('commit', '?')}",
+        f"- Command: `{r['command']}` , commit {r.get('commit', '?')}",
         f"- Date (UTC): {r['date']}",
         f"- Machine: {m['nproc']} CPU cores ({m['cpu']}), {m['ram_gb']} GB RAM, Python {m['python']}; load average "
         f"{', '.join(f'{x:.1f}' for x in m['load_avg'])} at the start, "
