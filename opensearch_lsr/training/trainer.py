@@ -305,6 +305,7 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
                                       seed=config.seed)
     loss_name = _resolve_loss(config, data)
     workdir = Path(tempfile.mkdtemp(prefix="lsr-train-"))
+    restore = contextlib.ExitStack()  # undoes the encoder-state cache swap (MILCO, --freeze-encoder all)
     try:
         model = load_start_model(config, data, workdir)
         # ``max_seq_length`` is a training-time cost knob: the saved model and the full-dev evaluation keep
@@ -318,7 +319,6 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
         loss = build_loss(model, loss_name, config)
 
         subset_eval = _dev_evaluator(config, data, subset=True)
-        restore = contextlib.ExitStack()
         state_cache = _enter_state_cache(restore, model, config, train_dataset)
         ckpt_dir = out / CHECKPOINT_DIR
         resume_from = get_last_checkpoint(str(ckpt_dir)) if (config.resume and ckpt_dir.is_dir()) else None
@@ -387,8 +387,7 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
                     final_dev = dict(full_eval.history[-1])
                     final_seconds = time.perf_counter() - t0
     finally:
-        if "restore" in locals():
-            restore.close()
+        restore.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
     rows = read_loss_log(out / LOSS_LOG_FILE) if (out / LOSS_LOG_FILE).exists() else []
