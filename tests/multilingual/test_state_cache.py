@@ -130,8 +130,13 @@ def test_cached_training_matches_uncached_and_round_trips(still_milco_dir, tmp_p
     assert weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert not torch.equal(tuned[1].connector[0].weight, start[1].connector[0].weight)
     texts = [q for q, _ in PAIRS]
-    assert torch.allclose(_embed(tuned, texts)["sentence_embedding"], _embed(live, texts)["sentence_embedding"],
-                          atol=5e-3)
+    # float16 cached states shift the gradients by ~1e-3; Adam at lr 1e-2 can turn that into a one-step difference on a
+    # near-zero-gradient weight (CI's CPU saw max 0.012). So the check is relative: the two runs must agree far more
+    # closely than either moved from the start (a wrong cache makes them differ by about the movement itself).
+    emb = {k: _embed(m, texts)["sentence_embedding"] for k, m in (("tuned", tuned), ("live", live), ("start", start))}
+    apart, moved = (emb["tuned"] - emb["live"]).abs(), (emb["tuned"] - emb["start"]).abs()
+    assert moved.mean() > 1e-3
+    assert apart.mean() < 0.1 * moved.mean() and apart.max() < 0.25 * moved.max(), (apart.max(), moved.max())
     # a checkpoint written on cached states names the cached module, and loads back as a plain encoder
     ckpt = sorted((runs[True] / "checkpoints").glob("checkpoint-*"))[-1]
     restored = load_milco(ckpt)
