@@ -207,8 +207,8 @@ class IndexJob:
             from .onnx_backend import open_document_encoder
 
             return open_document_encoder(config.model, runtime=config.encoder_runtime,  # type: ignore[arg-type]
-                                         batch_size=config.batch_size, max_length=config.max_length,
-                                         num_threads=config.threads)
+                                         precision=config.precision, batch_size=config.batch_size,
+                                         max_length=config.max_length, num_threads=config.threads)
         if len(devices) > 1:
             return DevicePool(config.model, devices, precision=config.precision, batch_size=config.batch_size,
                               max_length=config.max_length, num_threads=config.threads)
@@ -474,6 +474,7 @@ class IndexJob:
                          "encode_s": round(self.timing["encode"], 3), "write_s": round(self.timing["write"], 3)},
             "encoder": {"model": str(config.model), "runtime": config.encoder_runtime,
                         "device": str(encoder.device), "precision": encoder.precision,
+                        "body_precision": getattr(encoder, "body_precision", encoder.precision),
                         "batch_size": encoder.batch_size, "nonfinite_dropped": encoder.stats.nonfinite_dropped},
             "prune": str(prune), "key_format": config.key_format, "long_text": config.long_text,
             "peak_rss_mb": round(_peak_rss_mb(), 1),

@@ -144,3 +144,56 @@ def test_openvino_equals_torch(splade_tiny_dir, tmp_path, batch_size):
     config = OnnxExportConfig.load(tmp_path / "openvino")
     assert config.runtime == "openvino" and not config.fused and config.openvino_version
     assert config.parity_max_abs <= 1e-4
+
+
+def test_openvino_bf16_body(splade_tiny_dir, tmp_path):
+    """``--encoder-runtime openvino --precision bf16``: the same export compiled at bf16 (not equal output, close)."""
+    ov = pytest.importorskip("openvino")
+    from opensearch_lsr.encoding.onnx_backend import compile_body
+
+    texts = KO + TEXTS
+    f32 = open_document_encoder(splade_tiny_dir, runtime="openvino", cache_dir=tmp_path, num_threads=1)
+    bf16 = open_document_encoder(splade_tiny_dir, runtime="openvino", cache_dir=tmp_path, num_threads=1,
+                                 precision="bf16")
+    assert (f32.body_precision, bf16.body_precision) == ("f32", "bf16") and bf16.onnx_path == f32.onnx_path
+    ids = np.array([[2, 40, 41, 42, 3]], dtype=np.int64)
+    mask = np.ones_like(ids)
+    hidden = {p: compile_body(f32.onnx_path, "openvino", 1, p)(ids, mask) for p in ("f32", "bf16")}
+    gap = float(np.abs(hidden["bf16"] - hidden["f32"]).max())
+    assert gap < 0.1 * float(np.abs(hidden["f32"]).max())
+    if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        assert gap > 0, "the bf16 hint must reach OpenVINO's bf16 kernels on a CPU that has them"
+    overlap = []
+    for a, b in zip(f32.encode(texts), bf16.encode(texts)):
+        keys_a, keys_b = set(a.ids.tolist()), set(b.ids.tolist())
+        overlap.append(len(keys_a & keys_b) / max(1, len(keys_a | keys_b)))
+        shared = {k: w for k, w in zip(a.ids.tolist(), a.weights.tolist()) if k in keys_b}
+        other = dict(zip(b.ids.tolist(), b.weights.tolist()))
+        assert all(abs(w - other[k]) <= 0.1 for k, w in shared.items())  # measured max 0.05, as torch's bf16 autocast
+    assert np.mean(overlap) > 0.9
+    with pytest.raises(OnnxBackendError, match="needs --encoder-runtime openvino"):
+        compile_body(f32.onnx_path, "onnx", 1, "bf16")
+
+
+def test_index_cli_openvino_bf16_reaches_the_body(tmp_path, splade_tiny_dir, small_corpus):
+    """`lsr-os index --encoder-runtime openvino --precision bf16`: the job hands the precision to the compiled
+    body (summary: body_precision), and an ONNX Runtime body refuses fp16 with a clear message."""
+    pytest.importorskip("openvino")
+    from click.testing import CliRunner
+
+    from opensearch_lsr.cli import cli
+
+    model = shutil.copytree(splade_tiny_dir, tmp_path / "model", ignore=shutil.ignore_patterns("onnx-lsr"))
+
+    def index(out, *extra):
+        return CliRunner().invoke(cli, ["index", "--corpus", str(small_corpus), "--model", str(model),
+                                        "--backend", "ndjson", "--index", str(tmp_path / out), "--threads", "1",
+                                        "--no-progress", *extra])
+
+    done = index("bf16", "--encoder-runtime", "openvino", "--precision", "bf16")
+    assert done.exit_code == 0, done.output
+    summary = json.loads(done.output[done.output.index("{"):])
+    assert summary["indexed"] == 40 and summary["encoder"]["body_precision"] == "bf16"
+    assert (model / "onnx-lsr" / "openvino" / "model.onnx").exists()  # the f32 export, compiled at bf16
+    refused = index("fp16", "--encoder-runtime", "onnx", "--precision", "fp16")
+    assert refused.exit_code != 0 and "fp32 or bf16" in refused.output
