@@ -18,7 +18,9 @@ Variants (``--variants``; the defaults are all of them):
 * ``ours-onnx`` / ``ours-onnx-int8``: :class:`~opensearch_lsr.encoding.onnx_backend.OnnxSparseDocumentEncoder`
   (body in ONNX Runtime, fused; int8 dynamic quantization of the body; SPLADE head in torch);
   ``ours-onnx-bf16`` / ``ours-onnx-int8-bf16``: the same with the torch head under bf16 autocast.
-* ``ours-openvino``: the same class with the plain ONNX body compiled by OpenVINO at f32 (equal output).
+* ``ours-openvino``: the same class with the plain ONNX body compiled by OpenVINO at f32 (equal output);
+  ``ours-openvino-bf16``: the same export compiled at bf16 and the head under bf16 autocast
+  (``--encoder-runtime openvino --precision bf16``; not equal output, like ``st-openvino`` on a bf16 CPU).
 * ``st-torch``: sentence-transformers (this venv's version) ``SparseEncoder.encode_document``.
 * ``st-onnx``, ``st-onnx-O1`` .. ``st-onnx-O4``, ``st-onnx-qint8``, ``st-openvino``, ``st-openvino-qint8``:
   sentence-transformers' ONNX / OpenVINO backends (``export_optimized_onnx_model``,

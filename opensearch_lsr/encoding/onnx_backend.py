@@ -187,6 +187,9 @@ def _session(path: Path, threads: int):
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # ORT's worker threads spin after each run by default; here torch's head runs right after the body on the
+    # same cores, and the spinning threads take its CPU (2 threads on ko-sembridge: 0.89x torch with spinning)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
