@@ -49,6 +49,7 @@ from ..errors import LsrError
 from .encoder import SparseDocumentEncoder, _Head
 
 __all__ = [
+    "CompiledBody",
     "EncoderRuntime",
     "OnnxBackendError",
     "OnnxExportConfig",
@@ -193,11 +194,23 @@ def _session(path: Path, threads: int):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def compile_body(path: Path, runtime: EncoderRuntime, threads: int, precision: Literal["f32", "bf16"] = "f32"):
-    """``f(input_ids, attention_mask) -> hidden`` (numpy int64 in, float32 out) for the exported body.
+class CompiledBody:
+    """``body(input_ids, attention_mask) -> hidden`` (numpy int64 in, float32 out); ``precision`` is what the
+    runtime really computes in (OpenVINO reports it: a CPU without bf16 kernels keeps f32)."""
 
-    ``precision`` is OpenVINO's inference precision (``bf16``: its bf16 kernels, where the CPU has them);
-    ONNX Runtime bodies are always fp32 (or int8).
+    def __init__(self, run, precision: str) -> None:
+        self._run, self.precision = run, precision
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return self._run(ids, mask)
+
+
+def compile_body(path: Path, runtime: EncoderRuntime, threads: int,
+                 precision: Literal["f32", "bf16"] = "f32") -> CompiledBody:
+    """The exported body compiled for ``runtime``.
+
+    ``precision`` is OpenVINO's inference precision (``bf16``: its bf16 kernels, where the CPU has them; the
+    returned body's ``precision`` says which one it got); ONNX Runtime bodies are always fp32 (or int8).
     """
     if precision not in ("f32", "bf16"):
         raise ValueError(f"body precision {precision!r} is not f32 or bf16")
@@ -207,10 +220,15 @@ def compile_body(path: Path, runtime: EncoderRuntime, threads: int, precision: L
         ov = _require_openvino()
         compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": precision,
                                                                "INFERENCE_NUM_THREADS": int(threads)})
+        effective = "bf16" if compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16 else "f32"
+        if effective != precision:
+            logger.warning("OpenVINO compiled the body at %s, not %s: this CPU has no %s kernels", effective,
+                           precision, precision)
         request = compiled.create_infer_request()
-        return lambda ids, mask: request.infer([ids, mask])[0].copy()
+        return CompiledBody(lambda ids, mask: request.infer([ids, mask])[0].copy(), effective)
     session = _session(path, threads)
-    return lambda ids, mask: session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+    return CompiledBody(lambda ids, mask: session.run(None, {"input_ids": ids, "attention_mask": mask})[0],
+                        "int8" if runtime == "onnx-int8" else "f32")
 
 
 def export_onnx_body(model, model_path: str, out_dir: str | os.PathLike, runtime: EncoderRuntime = "onnx",
@@ -312,10 +330,10 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
             raise OnnxBackendError(f"{model}: unknown masked-LM layout {type(self.model).__name__}; "
                                    "use --encoder-runtime torch")
         self.runtime = runtime
-        self.body_precision = "bf16" if precision == "bf16" and runtime == "openvino" else "f32"
         self.onnx_path = self._cached_export(cache_dir)
         self.body = compile_body(self.onnx_path, runtime, int(num_threads or torch.get_num_threads()),
-                                 self.body_precision)  # type: ignore[arg-type]
+                                 "bf16" if precision == "bf16" and runtime == "openvino" else "f32")
+        self.body_precision = self.body.precision
         self.head = _Head(self._run_body, self.head.transform, self.head.weight, self.head.bias)
         base = self.model.base_model
         base.encoder = None  # the torch body is not used any more: free its layers
