@@ -39,9 +39,9 @@ __all__ = ["index_command"]
                    "[default: every GPU when present, else cpu].")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
               help="auto: bf16 autocast on CUDA with bf16 support, else fp32 (CPUs without AVX512-BF16/AMX "
-                   "emulate bf16 and are slower in it). bf16 is not equal output (weights move by up to ~0.1, ~1-2 % of "
-                   "keys change); with --encoder-runtime openvino it compiles the body at bf16 too (the fastest "
-                   "encoder on CPUs with AVX512-BF16/AMX).")
+                   "emulate bf16 and are slower in it). bf16 is not equal output (weights move by up to ~0.1, "
+                   "~1-2 % of keys change); with --encoder-runtime openvino it compiles the body at bf16 too (the "
+                   "fastest encoder on CPUs with AVX512-BF16/AMX).")
 @click.option("--text-field", default="text", show_default=True, help="Text field of the indexed documents.")
 @click.option("--sparse-field", default="sparse_embedding", show_default=True, help="Sparse field of the documents.")
 @click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
@@ -51,8 +51,8 @@ __all__ = ["index_command"]
               show_default=True,
               help="Document encoder: torch (any device) or the transformer body compiled for CPU: onnx (ONNX Runtime, "
                    "fused fp32, same vectors), onnx-int8 (int8 body), openvino (OpenVINO f32, same vectors; fastest "
-                   "at BERT-base size here; with --precision bf16 its bf16 kernels). Needs pip install 'opensearch-lsr[onnx]' or '[openvino]'; the export is "
-                   "cached in <model>/onnx-lsr/.")
+                   "at BERT-base size here; with --precision bf16 its bf16 kernels). Needs pip install "
+                   "'opensearch-lsr[onnx]' or '[openvino]'; the export is cached in <model>/onnx-lsr/.")
 @click.option("--engine", type=click.Choice(["single", "ray"]), default="single", show_default=True,
               help="single: this process (checkpointed); ray: Ray Data, a pool of encoder actors writing from "
                    "the workers (blocks of --chunk-docs records; needs the 'ray' extra).")
