@@ -173,6 +173,12 @@ def index_local(index_path: Path, doc_ids: Sequence[str], texts: Sequence[str], 
     return writer.index
 
 
+def _judged_share(qrels: dict[str, dict[str, int]], doc_ids: Sequence[str]) -> float:
+    """The share of the relevant (rel > 0) judged documents that are among ``doc_ids``."""
+    judged = {d for rels in qrels.values() for d, rel in rels.items() if rel > 0}
+    return len(judged & set(doc_ids)) / len(judged) if judged else 1.0
+
+
 def vector_field_of(index: Any) -> str:
     """The ``rank_features`` field to search in a local index: the default one, else the only one."""
     fields = index.vector_fields
@@ -294,6 +300,11 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
         backend: SearchBackend = index
         field = vector_field_of(index)
         docs_mat, index_doc_ids, terms = index.doc_matrix(field, truncated=False)
+        judged_in_index = _judged_share(dataset.qrels, index_doc_ids)
+        if judged_in_index < 1.0:  # a reused index filled from part of the corpus: every missing one is a miss
+            logger.warning("only %.1f%% of the judged documents of these queries are in the local index %s; "
+                           "the metrics count the others as misses (fill it with the whole corpus, or leave out "
+                           "--index to index the evaluated corpus)", 100 * judged_in_index, index_path)
     else:
         if client is None or not config.index:
             raise ValueError("the opensearch backend needs a client and the name of a filled index (--index)")
@@ -303,6 +314,7 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
         docs_mat, index_doc_ids, terms = doc_csr, doc_ids, list(encoder.keys)
         timings["encode_documents"] = time.perf_counter() - t0
 
+        judged_in_index = None
     # queries -------------------------------------------------------------------------------
     t0 = time.perf_counter()
     idf_source = None
@@ -350,6 +362,7 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     config.save(out)
     result = {"name": name, "config": {**config.to_dict(), "n_queries": len(qids), "n_docs": len(index_doc_ids),
                                        "idf_source": idf_source, "evaluated": dataset.name,
+                                       "judged_in_index": judged_in_index,
                                        "query_side": query_side},
               "metrics": metrics, "sweep": sweep, "plot": str(plot) if plot else None,
               "run_file": str(out / "run.trec"), "timings": timings}

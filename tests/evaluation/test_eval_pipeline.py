@@ -132,3 +132,25 @@ def test_cli_search_and_eval(beir_dir, tiny_source_dir, tmp_path):
     assert bad.exit_code != 0 and "no such index" in bad.output and "Traceback" not in bad.output
     bad = runner.invoke(cli, ["search", "--index", str(out / "index"), "x", "--mode", "analyzer"])
     assert bad.exit_code != 0 and "analyzer [bert-uncased] is not available" in bad.output
+
+
+def test_reused_local_index_missing_judged_documents_is_reported(beir_dir, tiny_source_dir, tmp_path, caplog):
+    """`lsr-os eval --index DIR` on an index filled from part of the corpus: the report says which share of the
+    judged documents it holds, and a warning says the metrics count the rest as misses."""
+    from opensearch_lsr.evaluation.datasets import load_beir
+    from opensearch_lsr.evaluation.pipeline import EvalConfig, index_local, run_evaluation
+
+    ds = load_beir(beir_dir, "dev")
+    judged = sorted({d for rels in ds.qrels.values() for d, rel in rels.items() if rel > 0})
+    kept = [d for d in ds.corpus if d != judged[0]]  # one judged document left out
+    index_local(tmp_path / "part", kept, [ds.corpus[d] for d in kept], str(tiny_source_dir))
+    with caplog.at_level("WARNING", logger="opensearch_lsr.evaluation.pipeline"):
+        part = run_evaluation(EvalConfig(dataset=str(beir_dir), model=str(tiny_source_dir), prune_levels=[],
+                                         index=str(tmp_path / "part")), tmp_path / "eval_part")
+    assert part["config"]["judged_in_index"] == pytest.approx(1 - 1 / len(judged))
+    assert "judged documents of these queries are in the local index" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="opensearch_lsr.evaluation.pipeline"):
+        whole = run_evaluation(EvalConfig(dataset=str(beir_dir), model=str(tiny_source_dir), prune_levels=[]),
+                               tmp_path / "eval_whole")
+    assert whole["config"]["judged_in_index"] == 1.0 and "judged documents" not in caplog.text
