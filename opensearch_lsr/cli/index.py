@@ -32,7 +32,15 @@ __all__ = ["index_command"]
               help="neural-search prune type: none, top_k:K, max_ratio:R, alpha_mass:A, abs_value:T.")
 @click.option("--long-text", type=click.Choice(["truncate", "split"]), default="truncate", show_default=True,
               help="Texts over 512 tokens: truncate (as OpenSearch does) or split into nested passages.")
-@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True,
+              help="Texts per forward pass of padded batching (packed batching is budgeted in tokens).")
+@click.option("--batching", type=click.Choice(["auto", "packed", "padded"]), default="auto", show_default=True,
+              help="packed: documents concatenated without padding into batches of --max-batch-tokens real tokens, "
+                   "weights cast once, vectors sparsified on the device, several batches in flight (BERT, "
+                   "DistilBERT, RoBERTa, XLM-R); padded: the length-sorted, padded reference path; auto: packed "
+                   "where the model's layout allows it.")
+@click.option("--max-batch-tokens", type=int, default=None,
+              help="Packed batching: real tokens per forward pass [default: 32768 on a GPU, 4096 on CPU].")
 @click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
 @click.option("--device", default=None,
               help="cpu, cuda (every GPU: one encoder process each), cuda:1, or a list such as cuda:0,cuda:2 "
@@ -66,7 +74,8 @@ __all__ = ["index_command"]
 @connection_options
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, device, precision, text_field, sparse_field, limit, threads, no_progress, encoder_runtime, engine,
+                  chunk_docs, batching, max_batch_tokens, device, precision, text_field, sparse_field, limit, threads,
+                  no_progress, encoder_runtime, engine,
                   workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
     """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
 
@@ -114,7 +123,8 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 key_format=key_format, prune=prune, long_text=long_text, batch_size=batch_size,
                                 chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
                                 sparse_field=sparse_field, limit=limit, threads=threads,
-                                encoder_runtime=encoder_runtime)
+                                encoder_runtime=encoder_runtime, batching=batching,
+                                max_batch_tokens=max_batch_tokens)
         factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")

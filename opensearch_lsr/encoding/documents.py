@@ -106,13 +106,25 @@ class DocumentBuilder:
         if self.key_format == "token_id":
             ids, weights = prune_arrays(ids, weights, self.prune)
             return {str(int(i)): float(w) for i, w in zip(ids.tolist(), weights.tolist())}
-        merged = vector_to_keys(ids.tolist(), weights.tolist(), self.keys)
+        merged = self._word_features(ids, weights)
         if self.prune.prune_type == "none" or not merged:
             return merged
         names = list(merged)
         vals = np.fromiter(merged.values(), dtype=np.float32, count=len(names))
         kept, _ = prune_arrays(np.arange(len(names)), vals, self.prune)
         return {names[k]: merged[names[k]] for k in kept.tolist()}
+
+    def _word_features(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+        """:func:`~opensearch_lsr.contract.vector_to_keys` for ascending ids, vectorised: the key table as a
+        numpy object array, ids with an empty key dropped, ``dict(zip())`` keeping the later id's weight."""
+        if len(ids) > 1 and not (np.diff(ids) > 0).all():
+            return vector_to_keys(ids.tolist(), weights.tolist(), self.keys)
+        if getattr(self, "_key_array", None) is None:
+            self._key_array = np.array(list(self.keys) + [""], dtype=object)  # type: ignore[arg-type]
+            self._has_key = self._key_array != ""
+        ids = np.minimum(ids, len(self._key_array) - 1)  # past the table: the empty key, dropped
+        keep = self._has_key[ids]
+        return dict(zip(self._key_array[ids[keep]].tolist(), weights[keep].tolist()))
 
     def source(self, doc_id: str | None, text: str, vector: SparseVector) -> dict:
         """A flat document: ``{id, text, sparse}``."""

@@ -45,6 +45,7 @@ from ..contract import FLOAT_MIN_NORMAL, MAX_LENGTH, decode_keys, special_token_
 
 __all__ = [
     "Precision",
+    "Batching",
     "SparseVector",
     "EncoderStats",
     "SparseDocumentEncoder",
@@ -56,6 +57,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+#: ``packed``: token-budgeted packed batches, weights cast once, sparsified on the device
+#: (:mod:`.packed_runner`); ``padded``: length-sorted padded batches under autocast, sparsified on the
+#: host (the reference); ``auto``: packed where the model's layout is known, padded otherwise.
+Batching = Literal["auto", "packed", "padded"]
 
 
 class SparseVector(NamedTuple):
@@ -159,6 +164,8 @@ class SparseDocumentEncoder:
         row_block: token rows per decoder matmul (docs of similar length are grouped up to this).
         zero_special_tokens: zero the special-token dims, as the exported model does.
         num_threads: ``torch.set_num_threads`` for CPU runs (``None``: leave as is).
+        batching: how :meth:`encode` runs (:data:`Batching`); ``encode_dense`` is always the padded reference.
+        max_batch_tokens: real tokens per packed forward pass (default: 32k on a GPU, 4k on CPU).
     """
 
     def __new__(cls, model: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
@@ -182,6 +189,8 @@ class SparseDocumentEncoder:
         row_block: int | None = None,
         zero_special_tokens: bool = True,
         num_threads: int | None = None,
+        batching: Batching = "auto",
+        max_batch_tokens: int | None = None,
     ) -> None:
         from transformers import AutoModelForMaskedLM
 
@@ -224,8 +233,48 @@ class SparseDocumentEncoder:
         self.special_ids = [i for i in special_token_ids(self.tokenizer) if 0 <= i < self.vocab_size]
         self.zero_special_tokens = zero_special_tokens
         self.stats = EncoderStats()
+        self.runner = self._packed_runner(batching, max_batch_tokens)
 
     # ------------------------------------------------------------------ set-up helpers
+    def _packed_runner(self, batching: Batching, max_batch_tokens: int | None):
+        """The packed runner for ``batching`` (``None``: the padded reference path encodes)."""
+        from .packed import default_vocab_chunk, packed_model
+        from .packed_runner import PackedRunner
+        from .token_batches import default_max_batch_tokens
+
+        if batching not in get_args(Batching):
+            raise ValueError(f"batching {batching!r} is not one of {', '.join(get_args(Batching))}")
+        self.batching = batching
+        if batching == "padded":
+            return None
+        budget = int(max_batch_tokens or default_max_batch_tokens(self.device.type))
+        if budget < self.max_length:
+            raise ValueError(f"max_batch_tokens {budget} is below max_length {self.max_length}")
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.precision]
+        chunk = default_vocab_chunk(budget, self.vocab_size, self.device.type)
+        on_gpu = self.device.type == "cuda"
+        packed = packed_model(self.model, dtype, vocab_chunk=chunk, segment_max="reduce" if on_gpu else "rows",
+                              row_block=None if on_gpu else self.row_block)
+        if packed is None:
+            if batching == "packed":
+                logger.warning("%s: no packed layout for this model; encoding padded batches",
+                               type(self.model).__name__)
+            self.batching = "padded"
+            return None
+        self.batching = "packed"
+        return PackedRunner(packed, activation=self.activation, special_ids=self.special_ids if
+                            self.zero_special_tokens else [], max_batch_tokens=budget)
+
+    @property
+    def once_tokenizer(self):
+        """Tokenize-once (:class:`~.token_ids.OnceTokenizer`) at this encoder's ``max_length``."""
+        if getattr(self, "_once", None) is None:
+            from .token_ids import OnceTokenizer
+
+            self._once = OnceTokenizer(self.tokenizer, self.max_length,
+                                       getattr(self.tokenizer, "truncation_side", "right"))
+        return self._once
+
     def _resolve_precision(self, precision: Precision) -> Precision:
         if precision == "auto":
             if self.device.type == "cuda" and torch.cuda.is_bf16_supported():
@@ -396,8 +445,24 @@ class SparseDocumentEncoder:
         import time
 
         t0 = time.perf_counter()
-        result = self.to_sparse(self.encode_dense(texts))
+        if self.runner is None:
+            result = self.to_sparse(self.encode_dense(texts))
+        else:
+            if isinstance(texts, str):
+                raise TypeError("expected a list of texts, not a single string")
+            result = self.encode_tokenized(self.once_tokenizer(texts)) if len(texts) else []
         self.stats.seconds += time.perf_counter() - t0
+        return result
+
+    def encode_tokenized(self, tokens) -> list[SparseVector]:
+        """Vectors of texts already tokenized by :attr:`once_tokenizer` (packed batching), input order."""
+        if self.runner is None:
+            raise ValueError("encode_tokenized needs packed batching")
+        dropped = self.runner.stats.nonfinite_dropped
+        result = self.runner.run(tokens)
+        self.stats.nonfinite_dropped += self.runner.stats.nonfinite_dropped - dropped
+        self.stats.texts += len(tokens.lengths)
+        self.stats.tokens += int(tokens.lengths.sum())
         return result
 
     def __call__(self, batch):
@@ -433,7 +498,8 @@ class MilcoDocumentEncoder(SparseDocumentEncoder):
 
     def __init__(self, model: str | os.PathLike, *, device: str | None = None, precision: Precision = "auto",
                  batch_size: int = 32, max_length: int = MAX_LENGTH, vocab_chunk: int | None = None,
-                 row_block: int | None = None, zero_special_tokens: bool = True, num_threads: int | None = None) -> None:
+                 row_block: int | None = None, zero_special_tokens: bool = True, num_threads: int | None = None,
+                 batching: Batching = "padded", max_batch_tokens: int | None = None) -> None:
         from ..multilingual.milco import load_milco
         from ..transfer.surgery import resolve_model_path
 
@@ -459,6 +525,7 @@ class MilcoDocumentEncoder(SparseDocumentEncoder):
         self.special_ids = [i for i in special_token_ids(self.tokenizer) if 0 <= i < self.vocab_size]
         self.zero_special_tokens = zero_special_tokens
         self.stats = EncoderStats()
+        self.batching, self.runner = "padded", None  # its two views are pooled by _encode_sorted
 
     @property
     def keys(self) -> list[str]:

@@ -81,6 +81,10 @@ class IndexJobConfig(ArtifactConfig):
     threads: int | None = None
     # "torch" (any device) or "onnx" / "onnx-int8" (ONNX Runtime body on CPU: encoding/onnx_backend.py)
     encoder_runtime: str = "torch"
+    # torch runtime: packed token-budgeted batches (auto/packed) or the padded reference (encoding/encoder.py)
+    batching: str = "auto"
+    max_batch_tokens: int | None = None
+    window_docs: int = 4096
 
     def __post_init__(self) -> None:
         if self.encoder_runtime not in get_args(EncoderRuntime):
@@ -91,8 +95,8 @@ class IndexJobConfig(ArtifactConfig):
         if self.long_text not in get_args(LongTextPolicy):
             raise ValueError(f"long_text {self.long_text!r} is not one of {', '.join(get_args(LongTextPolicy))}")
         check_key_format(self.key_format)
-        if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1:
-            raise ValueError("chunk_docs, queue_size and batch_size must be >= 1")
+        if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1 or self.window_docs < 1:
+            raise ValueError("chunk_docs, queue_size, batch_size and window_docs must be >= 1")
         parse_prune(self.prune)  # validates
 
 
@@ -160,7 +164,7 @@ class IndexJob:
         self.encoder = encoder
         self.progress = progress
         self.work = default_work_dir(config)
-        self.timing = {"encode": 0.0, "write": 0.0}
+        self.timing = {"encode": 0.0, "build": 0.0, "write": 0.0}
         self.failure: list[BaseException] = []
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
@@ -211,9 +215,11 @@ class IndexJob:
                                          max_length=config.max_length, num_threads=config.threads)
         if len(devices) > 1:
             return DevicePool(config.model, devices, precision=config.precision, batch_size=config.batch_size,
-                              max_length=config.max_length, num_threads=config.threads)
+                              max_length=config.max_length, num_threads=config.threads, batching=config.batching,
+                              max_batch_tokens=config.max_batch_tokens)
         return SparseDocumentEncoder(config.model, device=devices[0], precision=config.precision,  # type: ignore[arg-type]
-                                     batch_size=config.batch_size, max_length=config.max_length)
+                                     batch_size=config.batch_size, max_length=config.max_length,
+                                     batching=config.batching, max_batch_tokens=config.max_batch_tokens)  # type: ignore[arg-type]
 
     def _save_checkpoint(self, progress: _Progress, done: bool = False) -> None:
         Checkpoint(corpus=str(self.config.corpus), index=str(self.config.index), done=done,
@@ -256,31 +262,38 @@ class IndexJob:
     # encoded at once and finished (documents built, queued for the writer) in submission order, so
     # checkpoints stay sequential. Reader counters are snapshotted when a chunk is submitted,
     # encode counters (truncated/split/passages) are added when it is finished.
-    def _encode_async(self, texts: list[str]):
-        if not texts:
+    def _encode_async(self, texts):
+        """Vectors of ``texts`` (a list, or texts tokenized once), or a future of them (pools, pipelines)."""
+        if len(texts) == 0:
             return None
         submit = getattr(self.encoder, "submit", None)
         if submit is not None:
             return submit(texts)
         t0 = time.perf_counter()
-        vectors = self.encoder.encode(texts)
+        vectors = self.encoder.encode(texts) if isinstance(texts, list) else self.encoder.encode_tokenized(texts)
         self.timing["encode"] += time.perf_counter() - t0
         return vectors
 
     def _flush_chunk(self, records: list[CorpusRecord], last_pos: int, last_off: int | None) -> None:
-        """Submit a chunk for encoding (texts over the token cap split into passages under ``split``)."""
+        """Submit a chunk for encoding (texts over the token cap split into passages under ``split``).
+        With packed batching the chunk is tokenized once, here, and the ids go to the encoder."""
         encoder = self.encoder
         self.seen.commit()
         skipped_size = self.skipped.sync()
         texts = [r.text for r in records]
-        over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if records else []
+        tokens = None
+        if getattr(encoder, "runner", None) is not None and records:
+            tokens = encoder.once_tokenizer(texts)
+            over = (tokens.full_lengths > encoder.max_length).tolist()
+        else:
+            over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if records else []
         pieces: list[list[str]] | None = None
         if self.config.long_text == "split" and any(over):
             pieces = [split_passages(t, encoder.tokenizer, encoder.max_length) if o else [t]
                       for t, o in zip(texts, over)]
             job = self._encode_async([p for ps in pieces for p in ps])
         else:
-            job = self._encode_async(texts)
+            job = self._encode_async(tokens if tokens is not None else texts)
         progress = _Progress(last_pos, last_off, skipped_size, Counter(self.main_counters))
         self.pending.append((records, over, pieces, job, progress))
         while len(self.pending) > self.inflight:
@@ -295,6 +308,7 @@ class IndexJob:
             vectors = job.result() if hasattr(job, "result") else job
             if getattr(self.encoder, "submit", None) is not None:
                 self.timing["encode"] += time.perf_counter() - t0  # time spent waiting for the pool
+            t0 = time.perf_counter()
             if pieces is not None:
                 k = 0
                 for rec, ps in zip(records, pieces):
@@ -315,6 +329,7 @@ class IndexJob:
                 self.encode_counters["truncated"] += sum(over)
                 actions = build_actions([(rec.doc_id, rec.text) for rec in records], vectors, builder)
                 sources = {action["_id"]: rec.source for action, rec in zip(actions, records)}
+            self.timing["build"] += time.perf_counter() - t0
         counters_now = Counter(progress.counters)
         counters_now.update(self.encode_counters)
         progress = replace(progress, counters=counters_now)
@@ -394,7 +409,15 @@ class IndexJob:
             self.encoder = self._open_encoder()
         encoder = self.encoder
         own_pool = encoder if own_encoder and hasattr(encoder, "submit") else None
-        self.inflight = 2 * int(getattr(encoder, "num_workers", 1)) if hasattr(encoder, "submit") else 0
+        if getattr(encoder, "runner", None) is not None and not hasattr(encoder, "submit"):
+            from .encode_pipeline import PipelinedEncoder
+
+            # the device thread takes queued chunks a window at a time; this job keeps two windows submitted
+            self.encoder = encoder = own_pool = PipelinedEncoder(encoder, window_docs=config.window_docs)
+        if hasattr(encoder, "max_inflight"):
+            self.inflight = encoder.max_inflight(config.chunk_docs)
+        else:
+            self.inflight = 2 * int(getattr(encoder, "num_workers", 1)) if hasattr(encoder, "submit") else 0
         self.builder = DocumentBuilder(encoder.keys if config.key_format == "word" else None, config.key_format,
                                        prune, config.text_field, config.sparse_field)
         if self.writer is None:
@@ -471,11 +494,13 @@ class IndexJob:
             "resumed_from_position": resumed_from,
             "this_run": {"indexed": indexed_now, "elapsed_s": round(elapsed, 3),
                          "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None,
-                         "encode_s": round(self.timing["encode"], 3), "write_s": round(self.timing["write"], 3)},
+                         "encode_s": round(self.timing["encode"], 3), "build_s": round(self.timing["build"], 3),
+                         "write_s": round(self.timing["write"], 3)},
             "encoder": {"model": str(config.model), "runtime": config.encoder_runtime,
                         "device": str(encoder.device), "precision": encoder.precision,
                         "body_precision": getattr(encoder, "body_precision", encoder.precision),
-                        "batch_size": encoder.batch_size, "nonfinite_dropped": encoder.stats.nonfinite_dropped},
+                        "batch_size": encoder.batch_size, "batching": getattr(encoder, "batching", "padded"),
+                        "nonfinite_dropped": encoder.stats.nonfinite_dropped},
             "prune": str(prune), "key_format": config.key_format, "long_text": config.long_text,
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),

@@ -324,6 +324,7 @@ class OnnxSparseDocumentEncoder(SparseDocumentEncoder):
         _require_runtime(runtime)
         # precision applies to the torch head (bf16 autocast: fast with AVX512-BF16/AMX) and, for openvino, to the
         # body; ONNX Runtime's body stays fp32 (onnx) or int8 (onnx-int8): its CPU provider has no fast bf16 kernels
+        kwargs["batching"] = "padded"  # the compiled body replaces the torch body of the padded path
         super().__init__(model, device="cpu", precision="fp32" if precision == "auto" else precision,  # type: ignore[arg-type]
                          num_threads=num_threads, **kwargs)
         if self.head is None:

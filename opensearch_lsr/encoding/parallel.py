@@ -69,11 +69,13 @@ class DevicePool:
     Args:
         model: the SparseEncoder directory (as for :class:`SparseDocumentEncoder`).
         devices: one worker per entry (``["cuda:0", "cuda:1"]``; ``["cpu", "cpu"]`` works too).
-        precision, batch_size, max_length, num_threads: passed to each worker's encoder.
+        precision, batch_size, max_length, num_threads, batching, max_batch_tokens: passed to each worker's
+            encoder (packed batching runs the same in-flight device pipeline inside each worker).
     """
 
     def __init__(self, model: str | os.PathLike, devices: Sequence[str], *, precision: str = "auto",
-                 batch_size: int = 32, max_length: int = MAX_LENGTH, num_threads: int | None = None) -> None:
+                 batch_size: int = 32, max_length: int = MAX_LENGTH, num_threads: int | None = None,
+                 batching: str = "auto", max_batch_tokens: int | None = None) -> None:
         from transformers import AutoConfig
 
         from ..transfer.surgery import load_target_tokenizer, resolve_model_path
@@ -89,6 +91,7 @@ class DevicePool:
         self.num_workers = len(self.devices)
         self.device = ",".join(self.devices)
         self.precision = precision
+        self.batching = batching
         self.batch_size = int(batch_size)
         self.stats = EncoderStats()
         ctx = mp.get_context("spawn")
@@ -96,7 +99,7 @@ class DevicePool:
         for d in self.devices:
             queue.put(d)
         kwargs = {"precision": precision, "batch_size": batch_size, "max_length": max_length,
-                  "num_threads": num_threads}
+                  "num_threads": num_threads, "batching": batching, "max_batch_tokens": max_batch_tokens}
         self._executor = ProcessPoolExecutor(max_workers=len(self.devices), mp_context=ctx,
                                              initializer=_init_worker, initargs=(queue, path, kwargs))
 

@@ -8,11 +8,12 @@ backends need nothing because ``_id``\\ s are deterministic and re-indexing over
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+import orjson
 
 from ..engines.base import BulkOutcome
 from ..engines.bulk_retry import ClusterDocumentWriter
@@ -95,8 +96,7 @@ class NdjsonWriter:
                 self.docs_in_part = 0
             fh = self._open()
             meta = {"index": {"_index": self.index, "_id": action["_id"]}}
-            fh.write(json.dumps(meta, ensure_ascii=False).encode("utf-8") + b"\n")
-            fh.write(json.dumps(action["_source"], ensure_ascii=False).encode("utf-8") + b"\n")
+            fh.write(orjson.dumps(meta) + b"\n" + orjson.dumps(action["_source"]) + b"\n")
             self.docs_in_part += 1
             out.append(BulkOutcome(str(action["_id"]), True, 201))
         return out

@@ -1,0 +1,507 @@
+"""Batch encoding on a GPU: the padded reference against packed batching, the card's peak measured in the same run.
+
+    python benchmarks/gpu_encode.py --out runs/gpu_encode.json [--md benchmarks/results/gpu_encode.md]
+
+On a CUDA machine it measures, in one run:
+* the card's bf16 matmul peak (8192^3, the ceiling every % below refers to);
+* for a BERT-base-shaped masked LM (12 x 768, random weights, the Korean target vocabulary, decoder bias
+  shifted so documents keep about 200 active dimensions, like a trained model) and for SPLADE-tiny, over the
+  Korean corpus repeated ``--repeat`` times: docs/s, real tokens/s, model TFLOP/s and % of the peak for the
+  padded reference (bf16 autocast, ``--batch-size`` texts per pass in the job's 256-document chunks) and
+  for packed batching (bf16 and fp32), the padded-token share of each, stage times from CUDA events,
+  the GPU-busy share (union of kernel intervals from the torch profiler over the wall time), host
+  synchronisations per batch (``torch.cuda.set_sync_debug_mode`` warnings, plus the one event wait per
+  batch), peak GPU memory and docs/s at 16k / 32k / 64k token budgets, exactness of packed fp32 against
+  the reference fp32 and of bf16 against fp32, and ``lsr-os index --backend ndjson`` end to end with both
+  batchings (docs/s; encode / build / write split);
+* SPLADE-tiny's dev MRR@10 with bf16 and fp32 documents (``--mrr-dataset``, msmarco-en).
+Without CUDA the same code runs on CPU with a 2-layer model and a small corpus (``--quick`` is implied),
+so the test suite exercises it. Results: JSON (``--out``) and a markdown table (``--md``), each with the
+command, machine, commit and date.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
+from opensearch_lsr.encoding.packed import Segments, flops_per_token  # noqa: E402
+from opensearch_lsr.encoding.token_batches import token_budget_batches  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------------- basics
+def machine() -> dict:
+    import transformers
+
+    info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu_count": os.cpu_count(), "platform": platform.platform()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["cuda"] = torch.version.cuda
+    try:
+        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                        text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        info["commit"] = os.environ.get("LSR_COMMIT", "unknown")
+    return info
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_tflops(device: torch.device, n: int) -> float:
+    """bf16 (CUDA) / fp32 (CPU) matmul rate of an ``n^3`` product: mean of 10 after 3 warm-ups."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    sync(device)
+    return 2 * n ** 3 * 10 / (time.perf_counter() - t0) / 1e12
+
+
+def load_corpus(path: Path, repeat: int, limit: int | None) -> tuple[list[str], list[str]]:
+    ids, texts = [], []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            ids.append(str(row["_id"]))
+            texts.append(row["text"])
+    if limit:
+        ids, texts = ids[:limit], texts[:limit]
+    return [f"{i}-r{k}" for k in range(repeat) for i in ids], texts * repeat
+
+
+def random_mlm(tokenizer_dir: Path, out: Path, sample: list[str], device: torch.device, *, layers: int,
+               hidden: int, heads: int, intermediate: int, target_nnz: int = 200) -> Path:
+    """A randomly initialised BertForMaskedLM on ``tokenizer_dir``'s vocabulary whose decoder bias is
+    shifted so that a document keeps about ``target_nnz`` positive pooled logits (as a trained SPLADE does)."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                     intermediate_size=intermediate, max_position_embeddings=512, tie_word_embeddings=True)
+    model = BertForMaskedLM(cfg).eval()
+    model.save_pretrained(str(out))
+    tok.save_pretrained(str(out))
+    enc = SparseDocumentEncoder(out, device=str(device), precision="fp32", batching="padded")
+    pooled = enc.encode_pooled_logits(sample[:128])
+    kth = pooled.sort(dim=1, descending=True).values[:, target_nnz]
+    shift = float(kth.median())
+    with torch.no_grad():
+        model.cls.predictions.bias -= shift
+        model.cls.predictions.decoder.bias = model.cls.predictions.bias
+    model.save_pretrained(str(out))
+    return out
+
+
+def padded_share(lengths: np.ndarray, chunk: int, batch_size: int) -> float:
+    """Padded share of the reference path's computed tokens: 256-document chunks sorted by length, then
+    ``batch_size`` texts per pass padded to the longest."""
+    real = padded = 0
+    for s in range(0, len(lengths), chunk):
+        part = np.sort(lengths[s:s + chunk])
+        for b in range(0, len(part), batch_size):
+            batch = part[b:b + batch_size]
+            real += int(batch.sum())
+            padded += int(len(batch) * batch.max())
+    return 1.0 - real / padded
+
+
+# ---------------------------------------------------------------------------------------------- measurements
+def timed(device: torch.device, fn, *args):
+    sync(device)
+    t0 = time.perf_counter()
+    out = fn(*args)
+    sync(device)
+    return out, time.perf_counter() - t0
+
+
+def encode_in_chunks(enc: SparseDocumentEncoder, texts: list[str], chunk: int = 256):
+    out = []
+    for s in range(0, len(texts), chunk):
+        out.extend(enc.encode(texts[s:s + chunk]))
+    return out
+
+
+def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> float | None:
+    """Union of CUDA kernel intervals (torch profiler) over the wall time of one ``encode``."""
+    if enc.device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(enc.device)
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        enc.encode(texts)
+        sync(enc.device)
+        wall = time.perf_counter() - t0
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
+    busy, cur_s, cur_e = 0.0, None, None
+    for s, e in spans:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    return busy / 1e6 / wall  # profiler times are in microseconds
+
+
+def syncs_per_batch(enc: SparseDocumentEncoder, texts: list[str]) -> float | None:
+    """Synchronising calls the sync debug mode reports per batch, plus the one event wait per batch."""
+    if enc.device.type != "cuda":
+        return None
+    before = enc.runner.stats.batches
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            enc.encode(texts)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    batches = enc.runner.stats.batches - before
+    reported = sum("synchroniz" in str(w.message).lower() for w in caught)
+    return reported / max(1, batches) + 1.0
+
+
+def stage_times(enc: SparseDocumentEncoder, texts: list[str], max_batches: int = 8) -> dict:
+    """Per-batch device time of each stage (CUDA events; host clocks on CPU), ms, over a few batches."""
+    from opensearch_lsr.encoding.device_sparse import sparsify
+
+    runner, model, device = enc.runner, enc.runner.model, enc.device
+    tokens = enc.once_tokenizer(texts)
+    batches = token_budget_batches(tokens.lengths, runner.max_batch_tokens)[:max_batches]
+    totals = {"copy_in": 0.0, "body": 0.0, "head_max": 0.0, "sparsify_copy_out": 0.0}
+
+    def mark():
+        if device.type == "cuda":
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def span(a, b):
+        return a.elapsed_time(b) if device.type == "cuda" else (b - a) * 1e3
+
+    with torch.inference_mode():
+        for b in batches:
+            batch = tokens.select(b)
+            m0 = mark()
+            ids = runner._to_device(batch.ids)
+            seg = Segments.from_lengths(batch.lengths, device, pin=device.type == "cuda")
+            m1 = mark()
+            h = model.hidden(ids, seg)
+            m2 = mark()
+            w = runner.activate(model.head_max(h, seg))
+            m3 = mark()
+            sparsify(w).result()
+            m4 = mark()
+            sync(device)
+            for key, (a, c) in zip(totals, ((m0, m1), (m1, m2), (m2, m3), (m3, m4))):
+                totals[key] += span(a, c)
+    n = max(1, len(batches))
+    return {k: round(v / n, 3) for k, v in totals.items()}
+
+
+def exactness(a: list, b: list) -> dict:
+    """Id sets, max |dw| on shared ids, active-set Jaccard between two lists of vectors."""
+    same_ids, max_dw, jac = 0, 0.0, []
+    for x, y in zip(a, b):
+        if np.array_equal(x.ids, y.ids):
+            same_ids += 1
+            if len(x.ids):
+                max_dw = max(max_dw, float(np.abs(x.weights - y.weights).max()))
+        else:
+            sx, sy = set(x.ids.tolist()), set(y.ids.tolist())
+            common = np.array(sorted(sx & sy), dtype=np.int64)
+            if len(common):
+                wx = x.weights[np.searchsorted(x.ids, common)]
+                wy = y.weights[np.searchsorted(y.ids, common)]
+                max_dw = max(max_dw, float(np.abs(wx - wy).max()))
+        union = len(np.union1d(x.ids, y.ids))
+        jac.append(len(np.intersect1d(x.ids, y.ids)) / union if union else 1.0)
+    return {"docs": len(a), "identical_id_sets": same_ids, "max_abs_dw": max_dw,
+            "jaccard_mean": float(np.mean(jac)), "jaccard_min": float(np.min(jac))}
+
+
+def mrr_at_10(dataset: Path, device: torch.device, model: str, limit: int | None = None) -> dict:
+    """Dev MRR@10 with documents encoded in bf16 and in fp32 (queries fp32), exact dot-product retrieval
+    (``limit``: the first documents only, and the queries judged on them)."""
+    import scipy.sparse as sp
+
+    corpus = [json.loads(line) for line in open(dataset / "corpus.jsonl", encoding="utf-8")][:limit]
+    kept = {d["_id"] for d in corpus}
+    queries = {q["_id"]: q["text"] for q in map(json.loads, open(dataset / "queries.dev.jsonl", encoding="utf-8"))}
+    qrels: dict[str, set[str]] = {}
+    for line in open(dataset / "qrels" / "dev.tsv", encoding="utf-8"):
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[2].strip() not in ("score", "0") and parts[1] in kept:
+            qrels.setdefault(parts[0], set()).add(parts[1])
+    qids = [q for q in queries if q in qrels]
+    doc_ids = [d["_id"] for d in corpus]
+
+    def matrix(vectors, vocab):
+        indptr = np.concatenate([[0], np.cumsum([len(v.ids) for v in vectors])])
+        return sp.csr_matrix((np.concatenate([v.weights for v in vectors]), np.concatenate([v.ids for v in vectors]),
+                              indptr), shape=(len(vectors), vocab))
+
+    q_enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
+    qm = matrix(q_enc.encode([queries[q] for q in qids]), q_enc.vocab_size)
+    out = {}
+    for precision in ("fp32", "bf16"):
+        enc = SparseDocumentEncoder(model, device=str(device), precision=precision, batching="packed")
+        dm = matrix(enc.encode([d["text"] for d in corpus]), enc.vocab_size)
+        scores = (qm @ dm.T).toarray()
+        rr = []
+        for row, q in enumerate(qids):
+            top = np.argsort(-scores[row], kind="stable")[:10]
+            rank = next((r for r, j in enumerate(top) if doc_ids[j] in qrels[q]), None)
+            rr.append(0.0 if rank is None else 1.0 / (rank + 1))
+        out[precision] = round(float(np.mean(rr)), 4)
+    out["queries"] = len(qids)
+    return out
+
+
+def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batching: str, work: Path) -> dict:
+    """``lsr-os index --backend ndjson`` in a subprocess; its summary's throughput and time split."""
+    out = work / f"ndjson-{batching}"
+    cmd = [sys.executable, "-m", "opensearch_lsr.cli", "index", "--corpus", str(corpus_file), "--model", model,
+           "--backend", "ndjson", "--index", str(out), "--restart", "--no-progress", "--device", str(device),
+           "--batching", batching]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+    run = summary["this_run"]
+    return {"docs": run["indexed"], "docs_per_s": run["docs_per_s"], "elapsed_s": run["elapsed_s"],
+            "encode_wait_s": run["encode_s"], "build_s": run.get("build_s"), "write_s": run["write_s"],
+            "bytes": sum(p.stat().st_size for p in out.glob("*.ndjson"))}
+
+
+# ---------------------------------------------------------------------------------------------- one model
+def bench_model(name: str, model: str, ids: list[str], texts: list[str], device: torch.device, peak: float,
+                args: argparse.Namespace, work: Path, section) -> dict:
+    res: dict = {"model": name}
+    section(res, "setup", lambda: _setup(res, model, texts, device, args))
+    subset = texts[:args.subset]
+    ref = SparseDocumentEncoder(model, device=str(device), batching="padded", batch_size=args.batch_size)
+    new = SparseDocumentEncoder(model, device=str(device), batching="packed", max_batch_tokens=32768
+                                if device.type == "cuda" else None)
+    fpt, tokens = res["flops_per_token"], res["real_tokens"]
+
+    def rate(seconds: float) -> dict:
+        tflops = tokens * fpt / seconds / 1e12
+        return {"docs_per_s": round(len(texts) / seconds, 1), "tokens_per_s": round(tokens / seconds),
+                "model_tflops": round(tflops, 2), "pct_of_peak": round(100 * tflops / peak, 2)}
+
+    def reference():
+        encode_in_chunks(ref, texts[:512])
+        _, t = timed(device, encode_in_chunks, ref, texts)
+        res["reference"] = {"precision": ref.precision, **rate(t), "padded_share": round(res["padded_share_ref"], 4)}
+
+    def packed():
+        new.encode(texts[:512])
+        _, t = timed(device, new.encode, texts)
+        res["packed"] = {"precision": new.precision, "attention": "varlen" if new.runner.model.use_varlen
+                         else "padded-sdpa", **rate(t), "padded_share": 0.0}
+        res["speedup_packed_over_reference"] = round(res["packed"]["docs_per_s"] / res["reference"]["docs_per_s"], 2)
+
+    def packed_fp32():
+        enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
+        enc.encode(texts[:256])
+        _, t = timed(device, enc.encode, texts)
+        res["packed_fp32"] = rate(t)
+
+    def instrumentation():
+        res["gpu_busy_share"] = gpu_busy_share(new, subset)
+        res["host_syncs_per_batch"] = syncs_per_batch(new, subset)
+        res["stage_ms_per_batch"] = stage_times(new, subset)
+
+    def segment_max():
+        out = {}
+        for how in ("reduce", "gather", "rows"):
+            new.runner.model.segment_max = how
+            _, t = timed(device, new.encode, subset)
+            out[how] = round(len(subset) / t, 1)
+        new.runner.model.segment_max = "reduce" if device.type == "cuda" else "rows"
+        res["segment_max_docs_per_s"] = out
+
+    def budgets():
+        out = {}
+        for budget in ((16384, 32768, 65536) if device.type == "cuda" else (2048, 4096)):
+            new.runner.max_batch_tokens = budget
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+            _, t = timed(device, new.encode, subset)
+            peak_gb = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None
+            out[str(budget)] = {"docs_per_s": round(len(subset) / t, 1),
+                                "peak_gpu_gb": round(peak_gb, 2) if peak_gb is not None else None}
+        new.runner.max_batch_tokens = 32768 if device.type == "cuda" else 4096
+        res["token_budgets"] = out
+
+    def exact():
+        ref32 = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="padded",
+                                      batch_size=args.batch_size)
+        new32 = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
+        a, b = ref32.encode(subset), new32.encode(subset)
+        res["exact_packed_fp32_vs_reference_fp32"] = {
+            **exactness(a, b), "nonfinite_reference": ref32.stats.nonfinite_dropped,
+            "nonfinite_packed": new32.stats.nonfinite_dropped}
+        res["bf16_vs_fp32_packed"] = exactness(b, new.encode(subset))
+
+    def end_to_end():
+        corpus_file = work / f"{name}-corpus.jsonl"
+        with open(corpus_file, "w", encoding="utf-8") as fh:
+            for i, t in zip(ids, texts):
+                fh.write(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n")
+        res["ndjson_end_to_end"] = {b: ndjson_end_to_end(model, corpus_file, device, b, work)
+                                    for b in ("padded", "packed")}
+        pk = res["ndjson_end_to_end"]["packed"]
+        if "docs_per_s" in pk and "packed" in res:
+            pk["share_of_encode_only"] = round(pk["docs_per_s"] / res["packed"]["docs_per_s"], 3)
+
+    for key, fn in (("reference", reference), ("packed", packed), ("packed_fp32", packed_fp32),
+                    ("instrumentation", instrumentation), ("segment_max", segment_max), ("budgets", budgets),
+                    ("exactness", exact), ("ndjson", end_to_end)):
+        section(res, key, fn)
+    return res
+
+
+def _setup(res: dict, model: str, texts: list[str], device: torch.device, args: argparse.Namespace) -> None:
+    probe = SparseDocumentEncoder(model, device="cpu", precision="fp32", batching="packed")
+    lengths = probe.once_tokenizer(texts).lengths
+    res.update({"docs": len(texts), "real_tokens": int(lengths.sum()), "mean_tokens": round(float(lengths.mean()), 1),
+                "flops_per_token": flops_per_token(probe.model),
+                "padded_share_ref": padded_share(lengths, 256, args.batch_size)})
+
+
+# ---------------------------------------------------------------------------------------------- report
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    lines = [f"# GPU batch encoding: padded reference vs packed batching", "",
+             f"Command: `{result['command']}`  ",
+             f"Machine: {m.get('gpu', 'CPU only')}, torch {m['torch']}, transformers {m['transformers']}, "
+             f"{m['cpu_count']} CPUs; commit {m['commit']}; {result['date']}  ",
+             f"Measured peak ({result['peak_what']}): **{result['peak_tflops']:.0f} TFLOP/s**", ""]
+    for r in result["models"]:
+        lines += [f"## {r['model']}: {r.get('docs')} documents, {r.get('mean_tokens')} tokens each, "
+                  f"{r.get('flops_per_token', 0) / 1e6:.0f} MFLOP per token", "",
+                  "| path | docs/s | tokens/s | model TFLOP/s | % of peak | padded tokens |", "|---|---|---|---|---|---|"]
+        for key in ("reference", "packed", "packed_fp32"):
+            row = r.get(key)
+            if isinstance(row, dict) and "docs_per_s" in row:
+                label = {"reference": f"padded reference ({row.get('precision')})",
+                         "packed": f"packed ({row.get('precision')}, {row.get('attention')})",
+                         "packed_fp32": "packed (fp32)"}[key]
+                lines.append(f"| {label} | {row['docs_per_s']:,} | {row['tokens_per_s']:,} | {row['model_tflops']} | "
+                             f"{row['pct_of_peak']} | {row.get('padded_share', 0.0):.1%} |")
+        lines.append("")
+        facts = [("packed / reference", r.get("speedup_packed_over_reference")),
+                 ("GPU busy share (packed)", r.get("gpu_busy_share")),
+                 ("host syncs per batch (packed)", r.get("host_syncs_per_batch")),
+                 ("stage ms per batch (packed)", r.get("stage_ms_per_batch")),
+                 ("segment max docs/s", r.get("segment_max_docs_per_s")),
+                 ("token budgets", r.get("token_budgets")),
+                 ("packed fp32 vs reference fp32", r.get("exact_packed_fp32_vs_reference_fp32")),
+                 ("packed bf16 vs fp32", r.get("bf16_vs_fp32_packed")),
+                 ("lsr-os index --backend ndjson", r.get("ndjson_end_to_end")),
+                 ("dev MRR@10 (bf16 / fp32 documents)", r.get("mrr_at_10")),
+                 ("errors", r.get("errors"))]
+        lines += [f"- {k}: `{json.dumps(v, ensure_ascii=False)}`" for k, v in facts if v is not None]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="JSON results file.")
+    p.add_argument("--md", default=None, help="Markdown table file.")
+    p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"), help="The shared data folder.")
+    p.add_argument("--repeat", type=int, default=4, help="Copies of the Korean corpus.")
+    p.add_argument("--subset", type=int, default=8192, help="Documents for instrumentation, budgets, exactness.")
+    p.add_argument("--batch-size", type=int, default=64, help="Texts per pass of the padded reference.")
+    p.add_argument("--splade-tiny", default=None, help="SPLADE-tiny dir [default: the installed one].")
+    p.add_argument("--device", default=None, help="cuda or cpu [default: cuda when present].")
+    p.add_argument("--quick", action="store_true", help="A small model and corpus (implied without CUDA).")
+    p.add_argument("--skip-reference-model", action="store_true", help="Only SPLADE-tiny.")
+    args = p.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    quick = args.quick or device.type != "cuda"
+    data = Path(args.data)
+    if quick:
+        args.repeat, args.subset = 1, min(args.subset, 48)
+    ids, texts = load_corpus(data / "msmarco-ko" / "corpus.jsonl", args.repeat, 96 if quick else None)
+    result: dict = {"command": " ".join([Path(sys.argv[0]).name if argv is None else "gpu_encode.py"] +
+                                        (sys.argv[1:] if argv is None else argv)),
+                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+                    "device": str(device), "quick": quick, "models": []}
+    n = 8192 if device.type == "cuda" else 512
+    result["peak_what"] = f"{'bf16' if device.type == 'cuda' else 'fp32'} {n}^3 matmul"
+    result["peak_tflops"] = peak_tflops(device, n)
+
+    def save() -> None:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        if args.md:
+            Path(args.md).write_text(markdown(result))
+
+    def section(res: dict, key: str, fn) -> None:
+        t0 = time.perf_counter()
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - a failed section is recorded, the rest still runs
+            res.setdefault("errors", {})[key] = f"{type(err).__name__}: {err}"[:500]
+        res.setdefault("section_s", {})[key] = round(time.perf_counter() - t0, 1)
+        save()
+
+    from opensearch_lsr.resources import splade_tiny_path
+
+    tiny = args.splade_tiny or str(splade_tiny_path())
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if not args.skip_reference_model:
+            shape = dict(layers=2, hidden=128, heads=2, intermediate=512) if quick else \
+                dict(layers=12, hidden=768, heads=12, intermediate=3072)
+            name = "bert-tiny-random (ko vocab)" if quick else "bert-base-random (ko vocab, 12 x 768)"
+            model_dir = random_mlm(data / "kobigbird-bert-base-tokenizer", work / "bert-random", texts, device, **shape)
+            result["models"].append(bench_model(name, str(model_dir), ids, texts, device, result["peak_tflops"],
+                                                args, work, section))
+        res = bench_model("splade-tiny (2 x 128, 30,522 vocab)", tiny, ids, texts, device, result["peak_tflops"],
+                          args, work, section)
+        result["models"].append(res)
+        section(res, "mrr", lambda: res.__setitem__("mrr_at_10", mrr_at_10(data / "msmarco-en", device, tiny,
+                                                                            200 if quick else None)))
+    save()
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""The masked LM over packed documents: no padding token is ever computed.
+
+A batch is the concatenation of its documents' tokens (``[T]`` ids, per-document positions and
+``cu_seqlens``, the layout of FlashAttention's varlen kernels, Dao 2023). Every linear layer, the
+LayerNorms and the MLM head run on the ``T`` real tokens; attention is the only step that needs to know
+where documents start: ``torch.nn.attention.varlen.varlen_attn`` on CUDA in bf16 / fp16 (torch >= 2.10),
+otherwise scaled-dot-product attention over a padded view rebuilt from the packed tokens (the CPU and
+fp32 reference). The vocabulary head runs per vocabulary chunk and takes each document's max over its
+own rows (``torch.segment_reduce``), so ``[T, V]`` logits never exist at once and no padded row is
+multiplied.
+
+Weights are cast to the compute dtype once, when the packed model is built; the residual stream and every
+LayerNorm stay in float32 (as autocast would run them). The layouts are those of transformers' BERT,
+RoBERTa / XLM-R (positions start at ``padding_idx + 1``) and DistilBERT masked LMs; :func:`packed_model`
+returns ``None`` for any other model, and the encoder then runs its padded reference path.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Segments", "PackedMLM", "packed_model", "varlen_available", "default_vocab_chunk", "flops_per_token"]
+
+
+@dataclass
+class Segments:
+    """Where each document sits in a packed batch (all tensors on the compute device).
+
+    Attributes:
+        lengths: tokens per document, int64 ``[n]``.
+        cu_seqlens: cumulative lengths ``[n + 1]``, int32 (varlen attention).
+        max_len: the longest document.
+        positions: each token's position inside its document, int64 ``[T]``.
+        pad_slots: each token's row in a ``[n * max_len]`` padded view, int64 ``[T]``.
+        fill_rows: for each slot of that padded view, a row of the same document (its own token, or the
+            document's last token past its end), int64 ``[n * max_len]``: a max over them is the
+            document's max.
+    """
+
+    lengths: torch.Tensor
+    cu_seqlens: torch.Tensor
+    max_len: int
+    positions: torch.Tensor
+    pad_slots: torch.Tensor
+    fill_rows: torch.Tensor
+    host_lengths: np.ndarray
+
+    @classmethod
+    def from_lengths(cls, lengths: np.ndarray, device: torch.device, *, pin: bool = False) -> Segments:
+        """Build the index tensors on the host (numpy, vectorised) and move them in one copy each."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        n, total, max_len = len(lengths), int(lengths.sum()), int(lengths.max())
+        starts = np.cumsum(lengths) - lengths
+        positions = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
+        pad_slots = np.repeat(np.arange(n, dtype=np.int64) * max_len, lengths) + positions
+        cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        fill_rows = (starts[:, None] + np.minimum(np.arange(max_len)[None, :], lengths[:, None] - 1)).reshape(-1)
+
+        def move(a: np.ndarray) -> torch.Tensor:
+            t = torch.from_numpy(a)
+            if pin and device.type == "cuda":
+                t = t.pin_memory()
+            return t.to(device, non_blocking=pin)
+
+        return cls(move(lengths), move(cu), max_len, move(positions), move(pad_slots), move(fill_rows), lengths)
+
+
+def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether FlashAttention's varlen kernel serves this device and dtype (CUDA, bf16 / fp16)."""
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401 - torch >= 2.10
+    except ImportError:
+        return False
+    return True
+
+
+def _padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: Segments) -> torch.Tensor:
+    """Attention of packed ``[T, heads, d]`` q/k/v through a padded ``[n, heads, L, d]`` view (SDPA with a
+    key mask); padded rows are zeros, masked out as keys and dropped as queries."""
+    n, L = len(seg.lengths), seg.max_len
+    heads, d = q.shape[1], q.shape[2]
+
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        out = x.new_zeros(n * L, heads, d)
+        out.index_copy_(0, seg.pad_slots, x)
+        return out.view(n, L, heads, d).transpose(1, 2)
+
+    key_mask = (torch.arange(L, device=q.device)[None, :] < seg.lengths[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=key_mask)
+    return out.transpose(1, 2).reshape(n * L, heads, d).index_select(0, seg.pad_slots)
+
+
+class _Layer(NamedTuple):
+    """One post-LN transformer block (BERT / RoBERTa / DistilBERT): weights in the compute dtype,
+    LayerNorm parameters in float32."""
+
+    qkv_w: torch.Tensor
+    qkv_b: torch.Tensor
+    out_w: torch.Tensor
+    out_b: torch.Tensor
+    ln1: tuple[torch.Tensor, torch.Tensor, float]
+    up_w: torch.Tensor
+    up_b: torch.Tensor
+    act: Callable[[torch.Tensor], torch.Tensor]
+    down_w: torch.Tensor
+    down_b: torch.Tensor
+    ln2: tuple[torch.Tensor, torch.Tensor, float]
+
+
+class PackedMLM:
+    """Body and MLM head of a BERT-family masked LM over packed documents.
+
+    Built by :func:`packed_model`; :meth:`pooled_max` is the whole forward: max over each document's
+    tokens of the MLM logits, ``[n, V]`` float32 (the activation is the encoder's).
+    """
+
+    def __init__(self, *, word: torch.Tensor, position: torch.Tensor, token_type: torch.Tensor | None,
+                 emb_ln: tuple[torch.Tensor, torch.Tensor, float], position_offset: int, heads: int,
+                 layers: list[_Layer], transform: Callable[[torch.Tensor], torch.Tensor],
+                 decoder_w: torch.Tensor, decoder_b: torch.Tensor | None, dtype: torch.dtype,
+                 vocab_chunk: int, segment_max: str = "reduce", row_block: int | None = None) -> None:
+        if segment_max not in ("reduce", "gather", "rows"):
+            raise ValueError(f"segment_max {segment_max!r} is not 'reduce', 'gather' or 'rows'")
+        self.segment_max = segment_max
+        self.row_block = row_block
+        self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
+        self.position_offset, self.heads, self.layers = position_offset, heads, layers
+        self.transform, self.decoder_b = transform, decoder_b
+        self.dtype = dtype
+        # the decoder in vocabulary chunks, each transposed and contiguous: ``addmm(b, h, w_t)`` over a
+        # ``[H, chunk]`` block is several times ``linear(h, w)`` on CPU (oneDNN), and as fast on a GPU
+        self.decoder_t = [decoder_w[s:s + vocab_chunk].t().contiguous() for s in range(0, decoder_w.shape[0], vocab_chunk)]
+        self.vocab_chunk = vocab_chunk
+        self.device = word.device
+        self.vocab_size = int(decoder_w.shape[0])
+        self.use_varlen = varlen_available(self.device, dtype)
+        if self.use_varlen:
+            from torch.nn.attention.varlen import varlen_attn
+
+            self._varlen = varlen_attn
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: Segments) -> torch.Tensor:
+        if self.use_varlen:
+            try:
+                return self._varlen(q, k, v, seg.cu_seqlens, seg.cu_seqlens, seg.max_len, seg.max_len)
+            except (RuntimeError, TypeError, NotImplementedError) as err:  # an older or partial torch build
+                logger.warning("varlen attention failed (%s); using padded SDPA from now on", err)
+                self.use_varlen = False
+        return _padded_attention(q, k, v, seg)
+
+    def hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
+        """The head-transformed hidden state of every packed token, ``[T, H]`` in the compute dtype."""
+        dt = self.dtype
+        x = F.embedding(ids, self.word) + F.embedding(seg.positions + self.position_offset, self.position)
+        if self.token_type is not None:
+            x = x + self.token_type
+        x = F.layer_norm(x.float(), x.shape[-1:], *self.emb_ln[:2], self.emb_ln[2])
+        total, width = x.shape
+        head_dim = width // self.heads
+        for layer in self.layers:
+            qkv = F.linear(x.to(dt), layer.qkv_w, layer.qkv_b).view(total, 3, self.heads, head_dim)
+            ctx = self._attend(qkv[:, 0], qkv[:, 1], qkv[:, 2], seg).reshape(total, width)
+            attn = F.linear(ctx, layer.out_w, layer.out_b)
+            x = F.layer_norm(attn.float() + x, (width,), *layer.ln1[:2], layer.ln1[2])
+            up = layer.act(F.linear(x.to(dt), layer.up_w, layer.up_b))
+            down = F.linear(up, layer.down_w, layer.down_b)
+            x = F.layer_norm(down.float() + x, (width,), *layer.ln2[:2], layer.ln2[2])
+        return self.transform(x)
+
+    def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
+        """``max_i (h_i W^T + b)`` per document over its own tokens, ``[n, V]`` float32, vocabulary chunk by
+        chunk (``segment_reduce`` over the packed rows, or ``gather``: the rows laid out ``[n, L]`` with a
+        document's last row repeated past its end; no ``[T, V]`` tensor, no padded row multiplied)."""
+        return self.head_max(self.hidden(ids, seg), seg)
+
+    def head_max(self, h: torch.Tensor, seg: Segments) -> torch.Tensor:
+        """The vocabulary head and each document's max over its own rows, from :meth:`hidden`'s output.
+
+        ``segment_max`` says how the max is taken per vocabulary chunk: ``reduce`` (``segment_reduce`` over
+        the packed logits), ``gather`` (the packed logits laid out ``[n, L]``, a document's last row repeated
+        past its end, then ``amax``) or ``rows`` (the hidden rows laid out that way before the matmul: the
+        padded cells are computed, in exchange for a plain ``amax``; the CPU's choice, where
+        ``segment_reduce`` is slow). With ``row_block`` (CPU) documents go through in groups of about that
+        many rows, so each logits block stays in cache; on a GPU all rows go at once.
+        """
+        n = len(seg.lengths)
+        out = torch.empty((n, self.vocab_size), dtype=torch.float32, device=h.device)
+        groups = []
+        for d0, d1, r0, r1 in self._row_groups(seg.host_lengths):
+            lengths = seg.host_lengths[d0:d1]
+            width = int(lengths.max())
+            fill = (np.cumsum(lengths) - lengths)[:, None] + np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)
+            fill_t = seg.fill_rows if (d0, d1) == (0, n) else torch.from_numpy(fill.reshape(-1)).to(h.device)
+            x = h[r0:r1] if self.segment_max != "rows" else h[r0:r1].index_select(0, fill_t)
+            groups.append((d0, d1, width, x, fill_t, seg.lengths if (d0, d1) == (0, n) else
+                           torch.from_numpy(lengths).to(h.device)))
+        s = 0
+        for w_t in self.decoder_t:
+            e = s + w_t.shape[1]
+            b = self.decoder_b[s:e] if self.decoder_b is not None else None
+            for d0, d1, width, x, fill_t, lengths in groups:
+                logits = torch.addmm(b, x, w_t) if b is not None else x @ w_t
+                if self.segment_max == "reduce":
+                    block = torch.segment_reduce(logits, "max", lengths=lengths, axis=0, unsafe=True)
+                elif self.segment_max == "gather":
+                    block = logits.index_select(0, fill_t).view(d1 - d0, width, -1).amax(1)
+                else:
+                    block = logits.view(d1 - d0, width, -1).amax(1)
+                out[d0:d1, s:e] = block
+            s = e
+        return out
+
+    def _row_groups(self, lengths: np.ndarray) -> list[tuple[int, int, int, int]]:
+        """``(first doc, end doc, first row, end row)`` of consecutive documents of about ``row_block`` rows
+        (one group without ``row_block``)."""
+        rows = np.cumsum(lengths)
+        if not self.row_block or int(rows[-1]) <= self.row_block:
+            return [(0, len(lengths), 0, int(rows[-1]))]
+        groups, d0, r0 = [], 0, 0
+        while d0 < len(lengths):
+            d1 = max(d0 + 1, int(np.searchsorted(rows, r0 + self.row_block, side="right")))
+            r1 = int(rows[d1 - 1])
+            groups.append((d0, d1, r0, r1))
+            d0, r0 = d1, r1
+        return groups
+
+
+def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(dtype).contiguous()
+
+
+def _ln(module: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+    weight = module.weight.detach().float()
+    bias = module.bias.detach().float() if module.bias is not None else torch.zeros_like(weight)
+    return weight, bias, float(module.eps)
+
+
+def _bert_layer(layer: Any, dtype: torch.dtype) -> _Layer:
+    att = layer.attention
+    q, k, v = att.self.query, att.self.key, att.self.value
+    return _Layer(
+        _cast(torch.cat([q.weight, k.weight, v.weight]), dtype), _cast(torch.cat([q.bias, k.bias, v.bias]), dtype),
+        _cast(att.output.dense.weight, dtype), _cast(att.output.dense.bias, dtype), _ln(att.output.LayerNorm),
+        _cast(layer.intermediate.dense.weight, dtype), _cast(layer.intermediate.dense.bias, dtype),
+        layer.intermediate.intermediate_act_fn,
+        _cast(layer.output.dense.weight, dtype), _cast(layer.output.dense.bias, dtype), _ln(layer.output.LayerNorm))
+
+
+def _distilbert_layer(layer: Any, dtype: torch.dtype) -> _Layer:
+    att, ffn = layer.attention, layer.ffn
+    return _Layer(
+        _cast(torch.cat([att.q_lin.weight, att.k_lin.weight, att.v_lin.weight]), dtype),
+        _cast(torch.cat([att.q_lin.bias, att.k_lin.bias, att.v_lin.bias]), dtype),
+        _cast(att.out_lin.weight, dtype), _cast(att.out_lin.bias, dtype), _ln(layer.sa_layer_norm),
+        _cast(ffn.lin1.weight, dtype), _cast(ffn.lin1.bias, dtype), ffn.activation,
+        _cast(ffn.lin2.weight, dtype), _cast(ffn.lin2.bias, dtype), _ln(layer.output_layer_norm))
+
+
+def _transform(dense_w: torch.Tensor, dense_b: torch.Tensor, act: Callable, ln: tuple, dtype: torch.dtype):
+    """The MLM head's transform (dense -> activation -> LayerNorm); its output in the compute dtype."""
+    def run(x: torch.Tensor) -> torch.Tensor:
+        y = act(F.linear(x.to(dtype), dense_w, dense_b))
+        return F.layer_norm(y.float(), y.shape[-1:], ln[0], ln[1], ln[2]).to(dtype)
+    return run
+
+
+def _gelu(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x)
+
+
+def default_vocab_chunk(tokens_per_batch: int, vocab: int, device_type: str) -> int:
+    """Vocabulary rows per head matmul: about 512 MB of logits on a GPU, 8 MB of cache-sized blocks on CPU."""
+    if device_type == "cuda":
+        return max(1024, min(vocab, (256 << 20) // max(1, tokens_per_batch)))
+    return 2048
+
+
+def packed_model(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_max: str = "reduce",
+                 row_block: int | None = None) -> PackedMLM | None:
+    """A :class:`PackedMLM` over ``model``'s weights (cast once to ``dtype``), or ``None`` when the layout is
+    not one this module knows (absolute positions, post-LN blocks, the families named in the module doc)."""
+    kind = type(model).__name__
+    cfg = model.config
+    if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
+        return None
+    with torch.no_grad():
+        if kind in ("BertForMaskedLM", "RobertaForMaskedLM", "XLMRobertaForMaskedLM"):
+            base = model.bert if kind == "BertForMaskedLM" else model.roberta
+            emb = base.embeddings
+            if kind == "BertForMaskedLM":
+                pred = model.cls.predictions
+                t = pred.transform
+                transform = _transform(_cast(t.dense.weight, dtype), _cast(t.dense.bias, dtype),
+                                       t.transform_act_fn, _ln(t.LayerNorm), dtype)
+                dec = pred.decoder
+                bias = dec.bias if dec.bias is not None else getattr(pred, "bias", None)
+                offset = 0
+            else:
+                head = model.lm_head
+                transform = _transform(_cast(head.dense.weight, dtype), _cast(head.dense.bias, dtype), _gelu,
+                                       _ln(head.layer_norm), dtype)
+                dec = head.decoder
+                bias = dec.bias if dec.bias is not None else head.bias
+                offset = int(cfg.pad_token_id) + 1  # RobertaEmbeddings.create_position_ids_from_input_ids
+            token_type = emb.token_type_embeddings.weight[0].detach().float() if hasattr(
+                emb, "token_type_embeddings") else None
+            layers = [_bert_layer(layer, dtype) for layer in base.encoder.layer]
+            heads = int(cfg.num_attention_heads)
+            word, position, emb_ln = emb.word_embeddings.weight, emb.position_embeddings.weight, _ln(emb.LayerNorm)
+        elif kind == "DistilBertForMaskedLM":
+            emb = model.distilbert.embeddings
+            transform = _transform(_cast(model.vocab_transform.weight, dtype), _cast(model.vocab_transform.bias, dtype),
+                                   model.activation, _ln(model.vocab_layer_norm), dtype)
+            dec, bias, offset, token_type = model.vocab_projector, model.vocab_projector.bias, 0, None
+            layers = [_distilbert_layer(layer, dtype) for layer in model.distilbert.transformer.layer]
+            heads = int(cfg.n_heads)
+            word, position, emb_ln = emb.word_embeddings.weight, emb.position_embeddings.weight, _ln(emb.LayerNorm)
+        else:
+            return None
+        return PackedMLM(word=word.detach().float(), position=position.detach().float(), token_type=token_type,
+                         emb_ln=emb_ln, position_offset=offset, heads=heads, layers=layers, transform=transform,
+                         decoder_w=_cast(dec.weight, dtype), decoder_b=_cast(bias, dtype), dtype=dtype,
+                         vocab_chunk=int(vocab_chunk), segment_max=segment_max, row_block=row_block)
+
+
+def flops_per_token(model: Any) -> float:
+    """Matmul FLOPs per token of the masked LM's forward (linear layers + MLM head; attention scores
+    excluded): ``2 x`` the weights that touch every token."""
+    cfg = model.config
+    hidden = getattr(cfg, "hidden_size", None) or cfg.dim
+    inter = getattr(cfg, "intermediate_size", None) or cfg.hidden_dim
+    layers = getattr(cfg, "num_hidden_layers", None) or cfg.n_layers
+    vocab = model.get_output_embeddings().weight.shape[0]
+    return 2.0 * (layers * (4 * hidden * hidden + 2 * hidden * inter) + hidden * hidden + hidden * vocab)
+

@@ -1,0 +1,139 @@
+"""Run packed, token-budgeted batches through a :class:`~.packed.PackedMLM`, several in flight.
+
+For each batch the host copies the ids (pinned, non-blocking), launches the forward, the activation and
+the special-id zeroing on the compute stream, and hands the weights to a second stream that sparsifies
+them (:func:`~.device_sparse.sparsify` with ``torch.nonzero_static``: no host synchronisation) and copies
+ids / weights / counts back. Up to ``depth`` batches are in flight; the host waits on a batch's event only
+when it takes the result, by which time the device is already working on the next ones. So the launch
+side never blocks the device, and the one wait per batch overlaps with the device's work.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .device_sparse import PendingSparse, sparsify
+from .encoder import SparseVector
+from .packed import PackedMLM, Segments
+from .token_batches import token_budget_batches
+from .token_ids import TokenizedTexts
+
+__all__ = ["RunnerStats", "PackedRunner", "FLUSH"]
+
+#: A tag for :meth:`PackedRunner.stream`: complete every batch in flight before taking the next one.
+FLUSH = object()
+
+
+@dataclass
+class RunnerStats:
+    """What the runner did: batches, real tokens, documents, host wall time per stage (seconds)."""
+
+    batches: int = 0
+    tokens: int = 0
+    documents: int = 0
+    nonfinite_dropped: int = 0
+    by_stage: dict[str, float] = field(default_factory=lambda: {"launch": 0.0, "wait": 0.0, "split": 0.0})
+
+
+class PackedRunner:
+    """Packed batches of at most ``max_batch_tokens`` real tokens, ``depth`` of them in flight.
+
+    Args:
+        model: the packed masked LM.
+        activation: ``"relu"`` (``log1p(relu(max))``) or ``"log1p_relu"`` (``log1p`` once more).
+        special_ids: ids zeroed in every vector (the export does the same).
+        max_batch_tokens: real tokens per forward pass.
+        depth: batches launched before the oldest one's result is taken (>= 1).
+    """
+
+    def __init__(self, model: PackedMLM, *, activation: str, special_ids: Sequence[int], max_batch_tokens: int,
+                 depth: int = 2) -> None:
+        if max_batch_tokens < 1 or depth < 1:
+            raise ValueError("max_batch_tokens and depth must be >= 1")
+        self.model = model
+        self.device = model.device
+        self.activation = activation
+        self.special = torch.tensor(sorted(set(special_ids)), dtype=torch.long, device=self.device)
+        self.max_batch_tokens = int(max_batch_tokens)
+        self.depth = int(depth)
+        self.on_cuda = self.device.type == "cuda"
+        self.sparse_stream = torch.cuda.Stream(self.device) if self.on_cuda else None
+        self.static_per_doc = 512  # grows when a batch lists more entries than this per document
+        self.stats = RunnerStats()
+
+    def _to_device(self, array: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(array)
+        if self.on_cuda:
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
+
+    def activate(self, pooled: torch.Tensor) -> torch.Tensor:
+        """SPLADE weights of max-pooled logits, in place (the encoder's ``activate`` with a device index)."""
+        act = pooled.relu_().log1p_()
+        if self.activation == "log1p_relu":
+            act = act.log1p_()
+        if len(self.special):
+            act.index_fill_(1, self.special, 0.0)
+        return act
+
+    @torch.inference_mode()
+    def launch(self, batch: TokenizedTexts) -> PendingSparse:
+        """Queue one packed batch on the device; returns its pending sparse result."""
+        ids = self._to_device(batch.ids)
+        seg = Segments.from_lengths(batch.lengths, self.device, pin=self.on_cuda)
+        weights = self.activate(self.model.pooled_max(ids, seg))
+        if not self.on_cuda:
+            return sparsify(weights)
+        done = torch.cuda.Event()
+        done.record()
+        self.sparse_stream.wait_event(done)
+        with torch.cuda.stream(self.sparse_stream):
+            weights.record_stream(self.sparse_stream)
+            return sparsify(weights, static_size=self.static_per_doc * len(batch.lengths))
+
+    def _take(self, pending: PendingSparse, n_docs: int) -> list[SparseVector]:
+        t0 = time.perf_counter()
+        vectors, nonfinite = pending.result()
+        self.stats.by_stage["wait"] += time.perf_counter() - t0
+        self.stats.nonfinite_dropped += nonfinite
+        listed = sum(len(v.ids) for v in vectors)
+        if listed > self.static_per_doc * n_docs // 2:  # keep the static list about twice what is used
+            self.static_per_doc = int(2 * listed / max(1, n_docs)) + 1
+        return vectors
+
+    def stream(self, batches: Iterator[tuple[object, TokenizedTexts]]) -> Iterator[tuple[object, list[SparseVector]]]:
+        """Run ``(tag, batch)`` pairs in order with ``depth`` in flight; yields ``(tag, vectors)`` in order.
+        A ``(FLUSH, None)`` pair completes everything in flight first (the source is about to wait)."""
+        inflight: deque = deque()
+        for tag, batch in batches:
+            if tag is FLUSH:
+                while inflight:
+                    tag0, n0, pending = inflight.popleft()
+                    yield tag0, self._take(pending, n0)
+                continue
+            t0 = time.perf_counter()
+            inflight.append((tag, len(batch.lengths), self.launch(batch)))
+            self.stats.by_stage["launch"] += time.perf_counter() - t0
+            self.stats.batches += 1
+            self.stats.tokens += int(batch.lengths.sum())
+            self.stats.documents += len(batch.lengths)
+            if len(inflight) > self.depth:
+                tag0, n0, pending = inflight.popleft()
+                yield tag0, self._take(pending, n0)
+        while inflight:
+            tag0, n0, pending = inflight.popleft()
+            yield tag0, self._take(pending, n0)
+
+    def run(self, tokens: TokenizedTexts) -> list[SparseVector]:
+        """Vectors of every text in ``tokens``, input order (batches sorted by length inside)."""
+        batches = token_budget_batches(tokens.lengths, self.max_batch_tokens)
+        out: list[SparseVector | None] = [None] * len(tokens.lengths)
+        for index, vectors in self.stream((b, tokens.select(b)) for b in batches):
+            for i, v in zip(index.tolist(), vectors):
+                out[i] = v
+        return out  # type: ignore[return-value]
