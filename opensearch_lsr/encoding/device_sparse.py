@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..contract import FLOAT_MIN_NORMAL
-from .encoder import SparseVector
+from .sparse_vector import SparseVector
 
 __all__ = ["PendingSparse", "sparsify"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .encoder import SparseVector
+from .sparse_vector import SparseVector
 from .packed_runner import FLUSH
 from .token_batches import token_budget_batches
 from .token_ids import TokenizedTexts, concat_tokenized

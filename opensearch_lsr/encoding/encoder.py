@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from ..contract import FLOAT_MIN_NORMAL, MAX_LENGTH, decode_keys, special_token_ids
+from .sparse_vector import SparseVector
 
 __all__ = [
     "Precision",
@@ -61,13 +62,6 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 #: (:mod:`.packed_runner`); ``padded``: length-sorted padded batches under autocast, sparsified on the
 #: host (the reference); ``auto``: packed where the model's layout is known, padded otherwise.
 Batching = Literal["auto", "packed", "padded"]
-
-
-class SparseVector(NamedTuple):
-    """One encoded text: vocabulary ids (ascending, int64) and their weights (float32, > 0)."""
-
-    ids: np.ndarray
-    weights: np.ndarray
 
 
 @dataclass

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .device_sparse import PendingSparse, sparsify
-from .encoder import SparseVector
+from .sparse_vector import SparseVector
 from .packed import PackedMLM, Segments
 from .token_batches import token_budget_batches
 from .token_ids import TokenizedTexts
