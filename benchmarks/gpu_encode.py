@@ -376,6 +376,7 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             **exactness(a, b), "nonfinite_reference": ref32.stats.nonfinite_dropped,
             "nonfinite_packed": new32.stats.nonfinite_dropped}
         res["bf16_vs_fp32_packed"] = exactness(b, new.encode(subset))
+        res["bf16_vs_fp32_reference"] = exactness(a, ref.encode(subset))
 
     def end_to_end():
         corpus_file = work / f"{name}-corpus.jsonl"
@@ -432,6 +433,7 @@ def markdown(result: dict) -> str:
                  ("token budgets", r.get("token_budgets")),
                  ("packed fp32 vs reference fp32", r.get("exact_packed_fp32_vs_reference_fp32")),
                  ("packed bf16 vs fp32", r.get("bf16_vs_fp32_packed")),
+                 ("reference bf16 vs fp32 (the bf16 the reference path ships)", r.get("bf16_vs_fp32_reference")),
                  ("lsr-os index --backend ndjson", r.get("ndjson_end_to_end")),
                  ("dev MRR@10 (bf16 / fp32 documents)", r.get("mrr_at_10")),
                  ("errors", r.get("errors"))]

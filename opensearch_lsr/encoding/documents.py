@@ -115,10 +115,8 @@ class DocumentBuilder:
         return {names[k]: merged[names[k]] for k in kept.tolist()}
 
     def _word_features(self, ids: np.ndarray, weights: np.ndarray) -> dict[str, float]:
-        """:func:`~opensearch_lsr.contract.vector_to_keys` for ascending ids, vectorised: the key table as a
+        """:func:`~opensearch_lsr.contract.vector_to_keys` for ascending ids (every encoder's output), vectorised: the key table as a
         numpy object array, ids with an empty key dropped, ``dict(zip())`` keeping the later id's weight."""
-        if len(ids) > 1 and not (np.diff(ids) > 0).all():
-            return vector_to_keys(ids.tolist(), weights.tolist(), self.keys)
         if getattr(self, "_key_array", None) is None:
             self._key_array = np.array(list(self.keys) + [""], dtype=object)  # type: ignore[arg-type]
             self._has_key = self._key_array != ""

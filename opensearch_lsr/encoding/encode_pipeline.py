@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -32,13 +32,26 @@ _STOP = object()
 
 
 class _Chunk:
-    """One submitted chunk: its vectors as they arrive, and the future the caller holds."""
+    """One submitted chunk: its ids (or their future, from the tokenizer thread), its vectors as they
+    arrive, and the future the caller holds (``future.tokens`` is set once the chunk is tokenized)."""
 
-    def __init__(self, tokens: TokenizedTexts) -> None:
-        self.tokens = tokens
-        self.vectors: list[SparseVector | None] = [None] * len(tokens.lengths)
-        self.missing = len(tokens.lengths)
+    def __init__(self, tokens: TokenizedTexts | Future) -> None:
+        self._tokens = tokens
+        self.vectors: list[SparseVector | None] = []
+        self.missing = 0
         self.future: Future = Future()
+
+    @property
+    def tokens(self) -> TokenizedTexts:
+        if isinstance(self._tokens, Future):
+            self._tokens = self._tokens.result()
+        return self._tokens
+
+    def start(self) -> None:
+        """Wait for the ids; make room for the vectors."""
+        n = len(self.tokens.lengths)
+        self.future.tokens = self.tokens  # type: ignore[attr-defined]
+        self.vectors, self.missing = [None] * n, n
 
 
 class PipelinedEncoder:
@@ -60,6 +73,8 @@ class PipelinedEncoder:
         self._error: BaseException | None = None
         self._closed = False
         self._open: set[_Chunk] = set()  # taken by the device thread, not yet resolved
+        # one thread: the Rust tokenizer parallelises each call itself and releases the GIL meanwhile
+        self._tokenizer = ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize")
         self._thread = threading.Thread(target=self._run, name="lsr-os-device", daemon=True)
         self._thread.start()
 
@@ -72,16 +87,15 @@ class PipelinedEncoder:
         return 2 * max(1, -(-self.window_docs // max(1, chunk_docs))) + 2
 
     def submit(self, chunk: Sequence[str] | TokenizedTexts) -> Future:
-        """Queue a chunk; its future resolves to one :class:`~.encoder.SparseVector` per text, in order."""
+        """Queue a chunk; its future resolves to one :class:`~.encoder.SparseVector` per text, in order.
+        Texts are tokenized in the tokenizer thread (``future.tokens`` holds the ids afterwards)."""
         if self._error is not None:
             raise RuntimeError("the encoding pipeline failed") from self._error
         if self._closed:
             raise RuntimeError("the encoding pipeline is closed")
-        tokens = chunk if isinstance(chunk, TokenizedTexts) else self.encoder.once_tokenizer(list(chunk))
-        item = _Chunk(tokens)
-        if item.missing == 0:
-            item.future.set_result([])
-            return item.future
+        if not isinstance(chunk, TokenizedTexts):
+            chunk = self._tokenizer.submit(self.encoder.once_tokenizer, list(chunk))
+        item = _Chunk(chunk)
         self._queue.put(item)
         return item.future
 
@@ -95,6 +109,7 @@ class PipelinedEncoder:
             self._closed = True
             self._queue.put(_STOP)
             self._thread.join()
+            self._tokenizer.shutdown(wait=True)
 
     # ------------------------------------------------------------------ the device thread
     def _windows(self) -> Iterator[tuple[Any, TokenizedTexts | None]]:
@@ -108,19 +123,30 @@ class PipelinedEncoder:
                 first = self._queue.get()
             if first is _STOP:
                 return
-            self._open.add(first)
-            chunks, docs, stop = [first], len(first.tokens.lengths), False
-            while docs < self.window_docs:
+            chunks, docs, stop = [], 0, False
+            item = first
+            while True:
+                self._open.add(item)
+                item.start()
+                if item.missing:
+                    chunks.append(item)
+                    docs += item.missing
+                else:
+                    self._open.discard(item)
+                    item.future.set_result([])
+                if docs >= self.window_docs:
+                    break
                 try:
-                    nxt = self._queue.get_nowait()
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is _STOP:
+                if item is _STOP:
                     stop = True
                     break
-                self._open.add(nxt)
-                chunks.append(nxt)
-                docs += len(nxt.tokens.lengths)
+            if not chunks:
+                if stop:
+                    return
+                continue
             tokens = concat_tokenized([c.tokens for c in chunks])
             owner = np.repeat(np.arange(len(chunks)), [len(c.tokens.lengths) for c in chunks])
             within = np.concatenate([np.arange(len(c.tokens.lengths)) for c in chunks])

@@ -444,8 +444,20 @@ class SparseDocumentEncoder:
         else:
             if isinstance(texts, str):
                 raise TypeError("expected a list of texts, not a single string")
-            result = self.encode_tokenized(self.once_tokenizer(texts)) if len(texts) else []
+            result = self._encode_packed(texts) if len(texts) else []
         self.stats.seconds += time.perf_counter() - t0
+        return result
+
+    #: texts tokenized together by :meth:`encode` on packed batching (the next window is tokenized while
+    #: the device encodes this one; batches are sorted by length within a window)
+    window_docs: int = 4096
+
+    def _encode_packed(self, texts: Sequence[str]) -> list[SparseVector]:
+        dropped = self.runner.stats.nonfinite_dropped
+        result, tokens = self.runner.run_texts(list(texts), self.once_tokenizer, self.window_docs)
+        self.stats.nonfinite_dropped += self.runner.stats.nonfinite_dropped - dropped
+        self.stats.texts += len(result)
+        self.stats.tokens += tokens
         return result
 
     def encode_tokenized(self, tokens) -> list[SparseVector]:

@@ -281,19 +281,22 @@ class IndexJob:
         self.seen.commit()
         skipped_size = self.skipped.sync()
         texts = [r.text for r in records]
-        tokens = None
-        if getattr(encoder, "runner", None) is not None and records:
-            tokens = encoder.once_tokenizer(texts)
-            over = (tokens.full_lengths > encoder.max_length).tolist()
-        else:
-            over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if records else []
+        tokens, over = None, None  # over: texts past the token cap (None: known once the pipeline tokenized them)
+        if getattr(encoder, "runner", None) is None or self.config.long_text == "split":
+            if getattr(encoder, "runner", None) is not None and records:
+                tokens = encoder.once_tokenizer(texts)
+                over = (tokens.full_lengths > encoder.max_length).tolist()
+            else:
+                over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if records else []
         pieces: list[list[str]] | None = None
-        if self.config.long_text == "split" and any(over):
+        if self.config.long_text == "split" and any(over or ()):
             pieces = [split_passages(t, encoder.tokenizer, encoder.max_length) if o else [t]
                       for t, o in zip(texts, over)]
             job = self._encode_async([p for ps in pieces for p in ps])
         else:
             job = self._encode_async(tokens if tokens is not None else texts)
+        if over is None and job is not None:
+            over = job  # read from the future's ids when the chunk is finished
         progress = _Progress(last_pos, last_off, skipped_size, Counter(self.main_counters))
         self.pending.append((records, over, pieces, job, progress))
         while len(self.pending) > self.inflight:
@@ -306,6 +309,8 @@ class IndexJob:
         if records:
             t0 = time.perf_counter()
             vectors = job.result() if hasattr(job, "result") else job
+            if over is job:
+                over = (job.tokens.full_lengths > self.encoder.max_length).tolist()
             if getattr(self.encoder, "submit", None) is not None:
                 self.timing["encode"] += time.perf_counter() - t0  # time spent waiting for the pool
             t0 = time.perf_counter()

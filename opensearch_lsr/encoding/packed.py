@@ -144,6 +144,7 @@ class PackedMLM:
         self.device = word.device
         self.vocab_size = int(decoder_w.shape[0])
         self.use_varlen = varlen_available(self.device, dtype)
+        self._fp32_logits = self.device.type == "cuda" and dtype != torch.float32
         if self.use_varlen:
             from torch.nn.attention.varlen import varlen_attn
 
@@ -209,7 +210,7 @@ class PackedMLM:
             e = s + w_t.shape[1]
             b = self.decoder_b[s:e] if self.decoder_b is not None else None
             for d0, d1, width, x, fill_t, lengths in groups:
-                logits = torch.addmm(b, x, w_t) if b is not None else x @ w_t
+                logits = self._logits(b, x, w_t)
                 if self.segment_max == "reduce":
                     block = torch.segment_reduce(logits, "max", lengths=lengths, axis=0, unsafe=True)
                 elif self.segment_max == "gather":
@@ -219,6 +220,20 @@ class PackedMLM:
                 out[d0:d1, s:e] = block
             s = e
         return out
+
+    def _logits(self, b: torch.Tensor | None, x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+        """``x @ w_t + b``; in bf16 / fp16 on CUDA with float32 output (cuBLAS accumulates in float32
+        anyway; ``addmm(..., out_dtype=float32)``, torch >= 2.9), so the max and the weights are not
+        rounded to 8 mantissa bits. Falls back to the compute dtype where that overload is missing."""
+        if self._fp32_logits:
+            try:
+                if b is None:
+                    return torch.mm(x, w_t, out_dtype=torch.float32)
+                return torch.addmm(b.float(), x, w_t, out_dtype=torch.float32)
+            except (TypeError, RuntimeError, NotImplementedError) as err:
+                logger.warning("float32-output head matmul unavailable (%s); logits in %s", err, self.dtype)
+                self._fp32_logits = False
+        return torch.addmm(b, x, w_t) if b is not None else x @ w_t
 
     def _row_groups(self, lengths: np.ndarray) -> list[tuple[int, int, int, int]]:
         """``(first doc, end doc, first row, end row)`` of consecutive documents of about ``row_block`` rows

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,6 +128,34 @@ class PackedRunner:
         while inflight:
             tag0, n0, pending = inflight.popleft()
             yield tag0, self._take(pending, n0)
+
+    def run_texts(self, texts: Sequence[str], tokenize: Callable[[Sequence[str]], TokenizedTexts],
+                  window_docs: int = 4096) -> tuple[list[SparseVector], int]:
+        """Vectors of ``texts``, input order: tokenized a window at a time in a helper thread (the Rust
+        tokenizer releases the GIL), the next window's while the device runs this one's batches.
+        Returns the vectors and the number of real tokens."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        out: list[SparseVector | None] = [None] * len(texts)
+        starts = range(0, len(texts), max(1, int(window_docs)))
+        tokens_seen = 0
+
+        def batches(pool: ThreadPoolExecutor):
+            nonlocal tokens_seen
+            ahead = pool.submit(tokenize, texts[0:window_docs])
+            for start in starts:
+                tokens = ahead.result()
+                tokens_seen += int(tokens.lengths.sum())
+                if start + window_docs < len(texts):
+                    ahead = pool.submit(tokenize, texts[start + window_docs:start + 2 * window_docs])
+                for b in token_budget_batches(tokens.lengths, self.max_batch_tokens):
+                    yield b + start, tokens.select(b)
+
+        with ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize") as pool:
+            for index, vectors in self.stream(batches(pool)):
+                for i, v in zip(index.tolist(), vectors):
+                    out[i] = v
+        return out, tokens_seen  # type: ignore[return-value]
 
     def run(self, tokens: TokenizedTexts) -> list[SparseVector]:
         """Vectors of every text in ``tokens``, input order (batches sorted by length inside)."""
