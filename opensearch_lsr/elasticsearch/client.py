@@ -73,8 +73,8 @@ class EsFeatures:
 
         ``RRFRankPlugin.RANK_RRF_FEATURE`` is ``LicensedFeature.momentary(null, "rank-rrf",
         License.OperationMode.ENTERPRISE)`` (elastic/elasticsearch
-        ``x-pack/plugin/rank-rrf/src/main/java/org/elasticsearch/xpack/rank/rrf/RRFRankPlugin.java``, v8.16.0,
-        v8.17.0; PLATINUM when added in 8.8, elastic/elasticsearch#93396); ``XPackLicenseState`` allows it on an
+        ``x-pack/plugin/rank-rrf/src/main/java/org/elasticsearch/xpack/rank/rrf/RRFRankPlugin.java`` at
+        v8.17.0 and the stored main version; PLATINUM when added, elastic/elasticsearch#93396); ``XPackLicenseState`` allows it on an
         active ``enterprise`` or ``trial`` licence and answers HTTP 403 otherwise.
         """
         if self.license is None:
