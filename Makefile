@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all setup clean
+.PHONY: demo test test-all setup clean lucene-jars
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,14 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/lsr-os quickstart --workdir runs/quickstart
 
-test: $(STAMP)
+# tests/lucene compare with a real Lucene: Debian's liblucene8-java (Lucene 8.8.1 + nori) on Java 11+; installed
+# here when running as root on Debian, otherwise those tests skip in one line
+lucene-jars:
+	-@ls /usr/share/java/lucene-analyzers-nori-*.jar >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends liblucene8-java default-jre-headless \
+		>/dev/null 2>&1; } || echo "tests/lucene will skip: no Lucene jars (apt-get install liblucene8-java)"
+
+test: $(STAMP) lucene-jars
 	$(BIN)/python -m pytest -q
 
 test-all: $(STAMP)

@@ -172,7 +172,10 @@ def _index(kw: dict, es: dict) -> None:
             fail(f"{', '.join(given)} only apply with --engine ray")
     with user_errors(first_line=True):
         writer = factory()  # a bad --url / credentials combination fails here, before any model is loaded
-        config = IndexJobConfig(corpus=kw["corpus"], model=kw["model"], backend="opensearch", index=kw["index_name"],
+        from ..elasticsearch.client import detect_es_features
+
+        detect_es_features(writer.bulk.client)  # the cluster answers (version, client major) before any encoding
+        config = IndexJobConfig(corpus=kw["corpus"], model=kw["model"], backend="elasticsearch", index=kw["index_name"],
                                 work_dir=kw["work_dir"] or os.path.join("lsr-os-jobs", "elasticsearch", kw["index_name"]),
                                 corpus_format=kw["corpus_format"], id_field=kw["id_field"],
                                 corpus_text_field=kw["corpus_text_field"], corpus_title_field=kw["corpus_title_field"],
@@ -191,7 +194,7 @@ def _index(kw: dict, es: dict) -> None:
         else:
             summary = run_index_job(config, resume=kw["resume"], restart=kw["restart"], writer=writer,
                                     progress=not kw["no_progress"])
-    summary["backend"] = "elasticsearch"  # the job's Backend literal has no elasticsearch entry yet
+    summary["backend"] = "elasticsearch"
     echo_json(summary)
 
 
@@ -214,11 +217,14 @@ def _search(kw: dict, es: dict) -> None:
         else:
             raise ValueError("--backend elasticsearch: --mode tokens needs --model (bundle or encoder), --mode model "
                              "needs --model-id (deployed model or inference endpoint)")
-        body = (rrf_body(kw["text_field"], kw["query_text"], clause, size=kw["size"], rank_constant=kw["rank_constant"])
+    engine = ElasticsearchEngine(es_client_from_options(kw, es))
+    with user_errors():
+        features = engine.features if kw["mode"] == "hybrid" else None  # version + licence before the query
+        body = (rrf_body(kw["text_field"], kw["query_text"], clause, size=kw["size"], rank_constant=kw["rank_constant"],
+                         features=features)
                 if kw["mode"] == "hybrid" else search_body(clause, size=kw["size"]))
     if kw["show_query"]:
         echo_json(body)
-    engine = ElasticsearchEngine(es_client_from_options(kw, es))
     with user_errors():
         resp = engine.search(kw["index_ref"], body)
     echo_json(resp if kw["as_json"] else [{"_id": h["_id"], "_score": h["_score"]} for h in resp["hits"]["hits"]])
@@ -236,6 +242,10 @@ def _eval(kw: dict, es: dict) -> None:
                               max_queries=kw["max_queries"])
     engine = ElasticsearchEngine(es_client_from_options(kw, es))
     with user_errors():
+        if config.hybrid:  # version and licence before the first query, not a 403 per query
+            from ..elasticsearch.query import check_rrf
+
+            check_rrf(engine.features)
         echo_json(evaluate_es(config, kw["out_dir"], engine.search))
 
 

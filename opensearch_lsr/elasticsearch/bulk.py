@@ -1,7 +1,7 @@
 """Bulk-load precomputed vectors into Elasticsearch with the OpenSearch path's guarantees.
 
 :class:`EsBulkWriter` is ``elasticsearch.helpers.streaming_bulk`` (chunking by count and bytes,
-backoff on 429 and 5xx items via ``retry_on_status``) plus what the helper does not do, exactly as
+backoff on 429 and, from elasticsearch-py 8.16, 5xx items via ``retry_on_status``) plus what the helper does not do, exactly as
 :class:`~opensearch_lsr.opensearch.bulk.OpenSearchBulkWriter` does it: a whole request that fails
 (connection error, 5xx/429 on ``_bulk``) is retried with backoff and finally raised as
 :class:`~opensearch_lsr.engines.bulk_retry.BulkWriteError` so the job stops on a checkpoint; every
@@ -17,6 +17,7 @@ checkpoint after acknowledged chunks), reused unchanged.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,19 @@ __all__ = ["EsBulkWriter", "EsDocumentWriter", "EsWriterFactory"]
 logger = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=1)
+def _helper_retries_on_status() -> bool:
+    """Whether ``streaming_bulk`` takes ``retry_on_status`` (elasticsearch-py 8.16.0+,
+    ``elasticsearch/helpers/actions.py``; 8.11-8.15 pass unknown keywords on to ``client.bulk()``, which raises
+    ``TypeError``). Without it the helper retries 429 items only and the 5xx items go to the next round of
+    :class:`~opensearch_lsr.engines.bulk_retry.BulkRetry`."""
+    import inspect
+
+    from elasticsearch.helpers import streaming_bulk
+
+    return "retry_on_status" in inspect.signature(streaming_bulk).parameters
+
+
 class EsBulkWriter(RetryingBulkWriter):
     """Writes bulk actions to one index; one outcome per action, in order (arguments:
     :class:`~opensearch_lsr.engines.bulk_retry.RetryingBulkWriter`)."""
@@ -44,12 +58,14 @@ class EsBulkWriter(RetryingBulkWriter):
         from elasticsearch.helpers import streaming_bulk
 
         extra = {"pipeline": self.pipeline} if self.pipeline else {}
+        if _helper_retries_on_status():
+            extra["retry_on_status"] = (429, 500, 502, 503, 504)
         try:
             retry, _ = self.sort_answers(
                 streaming_bulk(self.client, pending, chunk_size=self.chunk_size, max_chunk_bytes=self.max_chunk_bytes,
                                raise_on_error=False, raise_on_exception=False, max_retries=self.retry.max_retries,
                                initial_backoff=self.retry.initial_backoff, max_backoff=self.retry.max_backoff,
-                               yield_ok=True, retry_on_status=(429, 500, 502, 503, 504), refresh=self.refresh,
+                               yield_ok=True, refresh=self.refresh,
                                **extra),
                 pending, outcomes, last_status)
         except (ApiError, TransportError) as err:

@@ -4,17 +4,20 @@ The request sequence is eland's ``PyTorchModel.import_model`` + ``start``
 (elastic/eland ``eland/ml/pytorch/_pytorch_model.py``) plus the checks that make it repeatable
 (``docs/elasticsearch-contract.md`` section 1):
 
-1. ``GET _ml/trained_models/<id>``: a model whose ``metadata.lsr_content_hash`` equals the
-   bundle's is reused (no upload); a model with another hash is refused unless ``replace``
+1. ``GET _ml/trained_models/<id>?include=definition_status``: a model whose ``metadata.lsr_content_hash``
+   equals the bundle's and whose ``fully_defined`` is true is reused (no upload); a partial upload of the
+   same bundle is deleted and uploaded again; a model with another hash is refused unless ``replace``
    (then ``_stop`` + ``DELETE``);
 2. ``PUT _ml/trained_models/<id>`` with ``config.json`` (+ the content hash in ``metadata``);
 3. ``PUT _ml/trained_models/<id>/definition/<n>``: ``{"definition": base64, "total_definition_length",
    "total_parts"}``, 1 MiB of raw bytes per part (eland ``DEFAULT_CHUNK_SIZE``), in order;
 4. ``PUT _ml/trained_models/<id>/vocabulary`` with ``vocabulary.json``;
-5. ``POST .../deployment/_start?wait_for=started`` unless ``_stats`` shows it started, then poll
-   ``GET .../_stats`` until ``deployment_stats.state`` is ``started`` (``failed`` raises);
-6. optionally ``PUT _inference/sparse_embedding/<endpoint>`` with the ``elasticsearch`` service and
-   this ``model_id`` (for ``semantic_text`` users), skipped when it already exists.
+5. ``POST .../deployment/_start?wait_for=starting`` unless ``_stats`` shows it started, then poll
+   ``GET .../_stats`` until the model's own deployment is ``started`` (``failed`` raises), so no request
+   waits longer than the client's request timeout;
+6. optionally ``PUT _inference/sparse_embedding/<endpoint>`` with the ``elasticsearch`` service,
+   this ``model_id`` and ``deployment_id`` (attached to the running deployment, not a second one; for
+   ``semantic_text`` users), skipped when it already exists.
 
 Every request goes through a :class:`Transport`; :class:`RecordingTransport` writes them as NDJSON
 without a cluster (``lsr-os deploy-model --backend elasticsearch --dry-run --requests FILE``),
@@ -168,12 +171,23 @@ def _export_dir(bundle: str | Path) -> Path:
 
 
 def _deployment_state(call, model_id: str) -> str | None:
+    return _own_deployment(call, model_id).get("state")
+
+
+def _own_deployment(call, model_id: str) -> dict[str, Any]:
+    """State of the deployment whose id is ``model_id`` (the one ``_start`` creates by default).
+
+    ``GET _ml/trained_models/<id>/_stats`` lists one entry per deployment of the model
+    (``GetTrainedModelsStatsAction``): an inference endpoint created without ``deployment_id`` adds a
+    second deployment named after the endpoint, so the first entry is not necessarily ours.
+    """
     status, body = call("GET", f"{ML}/{model_id}/_stats")
-    if status >= 300:
-        return None
-    stats = (body.get("trained_model_stats") or [{}])[0]
-    dep = stats.get("deployment_stats") or {}
-    return dep.get("state")
+    if status >= 300 or not isinstance(body, dict):
+        return {}
+    entries = body.get("trained_model_stats") or []
+    deps = [e.get("deployment_stats") or {} for e in entries]
+    own = [d for d in deps if d.get("deployment_id", model_id) == model_id]
+    return own[0] if own else {}
 
 
 def deploy_es_model(bundle: str | Path, transport: Transport, config: EsDeployConfig | None = None,
@@ -200,12 +214,23 @@ def deploy_es_model(bundle: str | Path, transport: Transport, config: EsDeployCo
         count += 1
         return transport.request(method, path, params, body)
 
-    status, body = call("GET", f"{ML}/{model_id}")
+    # `fully_defined` is written only when asked for: TrainedModelConfig.toXContent writes it when the
+    # `definition_status` param is set (elastic/elasticsearch x-pack/plugin/core/src/main/java/org/elasticsearch/
+    # xpack/core/ml/inference/TrainedModelConfig.java, 8.8+; `include=definition_status` in elasticsearch-py
+    # 8.11.0 `ml.get_trained_models`); a missing field means "not known to be complete".
+    status, body = call("GET", f"{ML}/{model_id}", {"include": "definition_status"})
     uploaded = False
     existing = (body.get("trained_model_configs") or [None])[0] if status == 200 and isinstance(body, dict) else None
     if existing is not None:
         found_hash = (existing.get("metadata") or {}).get("lsr_content_hash")
-        if found_hash != content_hash or not existing.get("fully_defined", True):
+        complete = existing.get("fully_defined") is True
+        if found_hash == content_hash and not complete:
+            # our own interrupted upload of the same content: nothing to lose, upload it again
+            logger.warning("model %s holds a partial upload of this bundle: deleting it and uploading again", model_id)
+            call("POST", f"{ML}/{model_id}/deployment/_stop", {"force": True})
+            _check(*call("DELETE", f"{ML}/{model_id}", {"force": True}), f"deleting partial model {model_id}")
+            existing = None
+        elif found_hash != content_hash:
             if not cfg.replace:
                 raise EsDeployError(f"a different model already exists under id {model_id!r} (content hash "
                                     f"{str(found_hash)[:12]} vs {content_hash[:12]}); pass --replace to delete it "
@@ -242,7 +267,11 @@ def deploy_es_model(bundle: str | Path, transport: Transport, config: EsDeployCo
         logger.info("deployment of %s is failed: stopping it before starting again", model_id)
         _check(*call("POST", f"{ML}/{model_id}/deployment/_stop", {"force": True}), f"stopping {model_id}")
     if state != "started":
-        params = {"wait_for": "started", "timeout": f"{int(cfg.timeout_s)}s",
+        # `wait_for=starting` answers once the assignment exists; the wait for `started` is the `_stats` poll below.
+        # A server-side `wait_for=started` would hold this request open up to `timeout`, longer than the
+        # client's request timeout (60 s): the start would carry on while the call is reported as failed.
+        # (StartTrainedModelDeploymentAction.Request: wait_for one of starting, started, fully_allocated.)
+        params = {"wait_for": "starting", "timeout": f"{int(cfg.timeout_s)}s",
                   "number_of_allocations": cfg.number_of_allocations,
                   "threads_per_allocation": cfg.threads_per_allocation}
         status, body = call("POST", f"{ML}/{model_id}/deployment/_start", params)
@@ -253,12 +282,14 @@ def deploy_es_model(bundle: str | Path, transport: Transport, config: EsDeployCo
             started = True
         deadline = time.monotonic() + cfg.timeout_s
         while True:
-            state = _deployment_state(call, model_id)
+            dep = _own_deployment(call, model_id)
+            state = dep.get("state")
             if state == "started":
                 break
             if state == "failed":
-                raise EsDeployError(f"the deployment of {model_id} failed (see GET {ML}/{model_id}/_stats); the model "
-                                    "stays uploaded, stop it with POST .../deployment/_stop")
+                reason = f": {dep['reason']}" if dep.get("reason") else f" (see GET {ML}/{model_id}/_stats)"
+                raise EsDeployError(f"the deployment of {model_id} failed{reason}; the model stays uploaded, stop it "
+                                    "with POST .../deployment/_stop")
             if time.monotonic() > deadline:
                 raise EsDeployError(f"the deployment of {model_id} is still {state!r} after {cfg.timeout_s:.0f}s")
             time.sleep(cfg.poll_interval_s)
@@ -268,8 +299,14 @@ def deploy_es_model(bundle: str | Path, transport: Transport, config: EsDeployCo
         endpoint = cfg.inference_endpoint
         status, body = call("GET", f"/_inference/sparse_embedding/{endpoint}")
         if status == 404:
+            # `deployment_id` attaches the endpoint to the deployment started above
+            # (ElasticsearchInternalService.parseRequestConfig -> validateAgainstDeployment: the deployment must
+            # exist and run `model_id`; allocations and threads are read from it). Without it the endpoint is a
+            # CustomElandModel whose deployment id is the endpoint id, i.e. a second deployment of the model
+            # (elastic/elasticsearch x-pack/plugin/inference/.../services/elasticsearch/ElasticsearchInternalService.java,
+            # ElasticsearchInternalServiceSettings.java: DEPLOYMENT_ID; see also elastic/elasticsearch#142693).
             settings = {"service": "elasticsearch", "service_settings": {
-                "model_id": model_id, "num_allocations": cfg.number_of_allocations,
+                "model_id": model_id, "deployment_id": model_id, "num_allocations": cfg.number_of_allocations,
                 "num_threads": cfg.threads_per_allocation}}
             _check(*call("PUT", f"/_inference/sparse_embedding/{endpoint}", None, settings),
                    f"creating inference endpoint {endpoint}")

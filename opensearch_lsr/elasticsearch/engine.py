@@ -21,7 +21,7 @@ __all__ = ["ElasticsearchEngine"]
 
 
 class ElasticsearchEngine:
-    """An Elasticsearch 8.11+ / 9.x cluster.
+    """An Elasticsearch 8.15+ / 9.x cluster.
 
     Args:
         client: an ``elasticsearch.Elasticsearch`` client (:func:`~opensearch_lsr.elasticsearch.client.make_es_client`).

@@ -22,8 +22,10 @@ Elasticsearch reads only position 0 of that (``TextExpansionProcessor``), so a S
 its pooling (elastic/eland#827); its ``pytorch`` extra pins torch 2.7.1 / transformers < 5 and its
 module imports ``transformers.RetriBertTokenizer``, which transformers 5 removed; and it loads
 from a hub id or directory with the slow tokenizer, not from our transferred SparseEncoder.
-The graph is kept within ml-cpp's operation allow-list: max pooling is written as ``-min(-x)``
-and ``log1p`` as ``log(x + 1)`` because ``aten::max``/``aten::log1p`` are not on it.
+The graph is kept within ml-cpp's operation allow-list (released in v8.19.20 / v9.4.0;
+:data:`~opensearch_lsr.elasticsearch.runtime.ALLOWED_OPERATIONS`): ``log1p`` is written as ``log(x + 1)``
+because ``aten::log1p`` is not on it; max pooling is ``-min(-x)`` (``aten::max`` is on the released lists,
+``-min(-x)`` gives the same graph on every release).
 """
 from __future__ import annotations
 
@@ -271,6 +273,12 @@ def export_elasticsearch(
     write_json(out / "vocabulary.json", {"vocabulary": vocabulary})
     files = [pt_path, out / "config.json", out / "vocabulary.json"]
     collisions = key_collisions(vocabulary)
+    if collisions:
+        # TextExpansionResults.asMap collects the tokens with Collectors.toMap, which has no merge rule: a text
+        # whose expansion holds both ids fails the ingest `inference` processor with "Duplicate key"
+        logger.warning("%d vocabulary entries share an Elasticsearch key after '.' -> '__' (e.g. ids %s and %s -> %r): "
+                       "the ingest pipeline fails with 'Duplicate key' on any text that activates both; bulk-loaded "
+                       "vectors merge them by max", len(collisions), collisions[0][0], collisions[0][1], collisions[0][2])
     manifest: dict[str, Any] = {
         "model_id": mid,
         "task_type": "text_expansion",
@@ -286,7 +294,9 @@ def export_elasticsearch(
         "graph_operations": ops,
         "torchscript_file_format": file_format,
         "disallowed_operations": bad_ops,
-        "min_elasticsearch_version": "8.11.0",
+        # 8.15: the sparse_vector query (SparseVectorQueryBuilder.getMinimalSupportedVersion V_8_15_0); 8.11-8.12
+        # also ship libtorch 1.13.1, which cannot read this TorchScript's file format
+        "min_elasticsearch_version": "8.15.0",
         "toolkit_version": toolkit_version,
         "torch_version": torch.__version__,
     }

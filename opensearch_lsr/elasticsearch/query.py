@@ -2,8 +2,8 @@
 
 * :func:`sparse_vector_query` (8.15+; ``_types.query_dsl.SparseVectorQuery``): either
   ``inference_id`` + ``query`` (the cluster expands the text with the deployed model or endpoint)
-  or ``query_vector`` (client-side tokens); ``prune`` + ``pruning_config``
-  (``tokens_freq_ratio_threshold`` in [1, 100], ``tokens_weight_threshold`` in [0, 1]).
+  or ``query_vector`` (client-side tokens); ``prune`` + an always explicit ``pruning_config``
+  (``tokens_freq_ratio_threshold`` a whole number in [1, 100], ``tokens_weight_threshold`` in [0, 1]).
 * :func:`query_vector_for`: the inference-free IDF query side (the bundle's ``sparse_tokenize``
   tokenizer + ``idf.json``, computed exactly as for OpenSearch by
   :func:`~opensearch_lsr.opensearch.query.tokenize_query`) or the encoder's own query vector,
@@ -23,15 +23,31 @@ from typing import Any
 from .client import EsFeatures
 from .keys import sanitize_features
 
-__all__ = ["sparse_vector_query", "rrf_body", "search_body", "query_vector_for", "run_queries"]
+__all__ = ["sparse_vector_query", "rrf_body", "check_rrf", "search_body", "query_vector_for", "run_queries"]
+
+
+#: ``TokenPruningConfig`` defaults (``DEFAULT_TOKENS_FREQ_RATIO_THRESHOLD`` 5, ``DEFAULT_TOKENS_WEIGHT_THRESHOLD`` 0.4).
+DEFAULT_PRUNING = {"tokens_freq_ratio_threshold": 5, "tokens_weight_threshold": 0.4}
 
 
 def _pruning_config(tokens_freq_ratio_threshold: float | None, tokens_weight_threshold: float | None) -> dict | None:
+    """The query's ``pruning_config``.
+
+    ``TokenPruningConfig.fromXContent`` (the query parser) reads ``tokens_freq_ratio_threshold`` with
+    ``parser.intValue()``: 2.5 would silently become 2, so a fractional value is refused and an integer sent
+    (the mapping's ``index_options`` parser reads a float). elastic/elasticsearch
+    ``server/src/main/java/org/elasticsearch/index/mapper/vectors/TokenPruningConfig.java``
+    (``x-pack/plugin/core/.../ml/search/TokenPruningConfig.java`` before 8.19).
+    """
     cfg: dict[str, Any] = {}
     if tokens_freq_ratio_threshold is not None:
         if not 1 <= tokens_freq_ratio_threshold <= 100:
             raise ValueError("[tokens_freq_ratio_threshold] must be between [1] and [100]")
-        cfg["tokens_freq_ratio_threshold"] = float(tokens_freq_ratio_threshold)
+        if float(tokens_freq_ratio_threshold) != int(tokens_freq_ratio_threshold):
+            raise ValueError(f"tokens_freq_ratio_threshold must be a whole number in a query (Elasticsearch reads it "
+                             f"as an integer, {tokens_freq_ratio_threshold} would become "
+                             f"{int(tokens_freq_ratio_threshold)})")
+        cfg["tokens_freq_ratio_threshold"] = int(tokens_freq_ratio_threshold)
     if tokens_weight_threshold is not None:
         if not 0 <= tokens_weight_threshold <= 1:
             raise ValueError("[tokens_weight_threshold] must be between 0 and 1")
@@ -69,9 +85,11 @@ def sparse_vector_query(field: str, *, query_vector: Mapping[str, float] | None 
         body["query"] = query
     cfg = _pruning_config(tokens_freq_ratio_threshold, tokens_weight_threshold)
     if prune or cfg:
+        # always explicit: `prune: true` without `pruning_config` means the defaults on 8.15-8.18
+        # (SparseVectorQueryBuilder) but no pruning at all in the 8.19 / 9.1 SparseVectorFieldType.
+        # finalizeSparseVectorQuery (`pruningConfig = shouldPruneTokensFromQuery ? tokenPruningConfigFromQuery : null`)
         body["prune"] = True
-        if cfg:
-            body["pruning_config"] = cfg
+        body["pruning_config"] = {**DEFAULT_PRUNING, **(cfg or {})}
     if boost is not None:
         body["boost"] = float(boost)
     if name is not None:
@@ -84,12 +102,25 @@ def search_body(query: dict[str, Any], size: int = 10, source: bool | Sequence[s
     return {"query": query, "size": int(size), "_source": source if isinstance(source, bool) else list(source)}
 
 
+def check_rrf(features: EsFeatures) -> None:
+    """Refuse the ``rrf`` retriever where the cluster would: before 8.16 (GA) or without an Enterprise/trial
+    licence (:attr:`~opensearch_lsr.elasticsearch.client.EsFeatures.rrf_licensed`; the server answers 403
+    "current license is non-compliant for [Reciprocal Rank Fusion (RRF)]")."""
+    if not features.rrf_retriever:
+        raise ValueError(f"the rrf retriever needs Elasticsearch 8.16+, the cluster runs {features.to_dict()['version']}")
+    if features.rrf_licensed is False:
+        kind, status = features.license or ("?", "?")
+        raise ValueError(f"the rrf retriever (--mode hybrid) needs an active Enterprise or trial licence; the cluster "
+                         f"has a {status} {kind!r} licence (RRFRankPlugin: License.OperationMode.ENTERPRISE). Use "
+                         "--mode tokens / model, or start a trial: POST _license/start_trial?acknowledge=true")
+
+
 def rrf_body(text_field: str, text: str, sparse_clause: dict[str, Any], *, size: int = 10,
              rank_constant: int = 60, rank_window_size: int = 100,
              features: EsFeatures | None = None) -> dict[str, Any]:
     """BM25 ``match`` + ``sparse_vector`` fused by the ``rrf`` retriever (``rank_window_size >= size``)."""
-    if features is not None and not features.rrf_retriever:
-        raise ValueError(f"the rrf retriever needs Elasticsearch 8.16+, the cluster runs {features.to_dict()['version']}")
+    if features is not None:
+        check_rrf(features)
     if rank_constant < 1:
         raise ValueError("[rank_constant] must be greater than or equal to [1]")
     if rank_window_size < size:

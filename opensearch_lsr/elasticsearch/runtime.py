@@ -8,7 +8,8 @@ and its native ``pytorch_inference`` process (elastic/ml-cpp) cannot run here:
    (positions), padded with ``[PAD]`` to the longest sequence of the request
    (``BertTokenizationResult.buildRequest``);
 2. ml-cpp checks every operation of the TorchScript graph against an allow-list
-   (``bin/pytorch_inference/CSupportedOperations.cc``, ``CModelGraphValidator``), calls
+   (``bin/pytorch_inference/CSupportedOperations.cc``, ``CModelGraphValidator``; released in v8.19.20 and
+   v9.4.0, older releases check a deny-list or nothing: :data:`ALLOWED_OPERATIONS`), calls
    ``forward`` with the four int64 tensors as positional arguments, and writes a 2-D result
    ``[batch, V]`` wrapped in an outer array (``CResultWriter::writeInferenceResults``);
 3. ``TextExpansionProcessor.processResult`` reads ``inference[0][0]`` (``[0][i]`` per chunk), keeps
@@ -30,30 +31,53 @@ from ..errors import LsrError
 from .keys import es_keys
 from .tokenizer import EsBertTokenizer
 
-__all__ = ["TextExpansionRuntime", "EsConformanceError", "ALLOWED_OPERATIONS", "FORBIDDEN_OPERATIONS",
+__all__ = ["TextExpansionRuntime", "EsConformanceError", "EsDuplicateKeyError", "ALLOWED_OPERATIONS", "FORBIDDEN_OPERATIONS",
            "graph_operations", "disallowed_operations"]
 
-#: elastic/ml-cpp ``bin/pytorch_inference/CSupportedOperations.cc`` (commit 08b60c54), ALLOWED_OPERATIONS:
-#: generated against PyTorch 2.7.1 from the reference models (BERT, ELSER v2, splade-v3, e5 ...).
+#: elastic/ml-cpp ``bin/pytorch_inference/CSupportedOperations.cc`` at v9.4.0 (identical at v8.19.20 and v9.5.2),
+#: ``ALLOWED_OPERATIONS``: generated against PyTorch 2.7.1 from the reference models (BERT, ELSER v2, splade-v3,
+#: e5 ...). Which releases check what (read at every tag of elastic/ml-cpp): the allow-list (+ deny-list) from
+#: v8.19.20 and v9.4.0; only a deny-list ``{aten::from_file, aten::save}`` in ``Main.cc`` for v8.17.7-v8.17.10,
+#: v8.18.2-v8.19.19 and v9.0.2-v9.3.x; no graph check at all in v8.15.0-v8.17.6, v8.18.0-v8.18.1, v9.0.0-v9.0.1.
 ALLOWED_OPERATIONS = frozenset({
-    "aten::Int", "aten::ScalarImplicit", "aten::__and__", "aten::abs", "aten::add", "aten::add_", "aten::arange",
-    "aten::bitwise_not", "aten::cat", "aten::chunk", "aten::clamp", "aten::contiguous", "aten::cumsum", "aten::div",
-    "aten::div_", "aten::dropout", "aten::embedding", "aten::expand", "aten::full_like", "aten::gather", "aten::ge",
-    "aten::gelu", "aten::index", "aten::layer_norm", "aten::linear", "aten::log", "aten::lt", "aten::masked_fill",
-    "aten::matmul", "aten::mean", "aten::min", "aten::mul", "aten::ne", "aten::neg", "aten::new_ones", "aten::pad",
-    "aten::permute", "aten::pow", "aten::relu", "aten::repeat", "aten::reshape", "aten::rsub",
-    "aten::scaled_dot_product_attention", "aten::select", "aten::size", "aten::slice", "aten::softmax", "aten::sqrt",
-    "aten::squeeze", "aten::sub", "aten::tanh", "aten::tensor", "aten::to", "aten::transpose", "aten::type_as",
-    "aten::unsqueeze", "aten::view", "aten::where", "aten::zeros",
-    "prim::Constant", "prim::DictConstruct", "prim::GetAttr", "prim::If", "prim::ListConstruct", "prim::ListUnpack",
-    "prim::NumToTensor", "prim::TupleConstruct", "prim::TupleUnpack", "prim::device", "prim::max", "prim::min",
+    "aten::Int", "aten::IntImplicit", "aten::ScalarImplicit", "aten::__and__", "aten::_convolution", "aten::abs",
+    "aten::add", "aten::add_", "aten::arange", "aten::bitwise_not", "aten::bmm", "aten::cat", "aten::ceil",
+    "aten::chunk", "aten::clamp", "aten::clamp_min", "aten::clone", "aten::contiguous", "aten::copy_", "aten::cos",
+    "aten::cumsum", "aten::detach", "aten::div", "aten::div_", "aten::dropout", "aten::embedding", "aten::eq",
+    "aten::expand", "aten::expand_as", "aten::fill_", "aten::floor_divide", "aten::full", "aten::full_like",
+    "aten::gather", "aten::ge", "aten::gelu", "aten::gt", "aten::hash", "aten::index", "aten::index_put_",
+    "aten::layer_norm", "aten::le", "aten::len", "aten::linalg_vector_norm", "aten::linear", "aten::log", "aten::lt",
+    "aten::manual_seed", "aten::masked_fill", "aten::masked_fill_", "aten::matmul", "aten::max", "aten::mean",
+    "aten::min", "aten::mul", "aten::mul_", "aten::ne", "aten::neg", "aten::new_ones", "aten::new_zeros",
+    "aten::norm", "aten::ones", "aten::pad", "aten::permute", "aten::pow", "aten::rand", "aten::relu",
+    "aten::repeat", "aten::reshape", "aten::rsqrt", "aten::rsub", "aten::scaled_dot_product_attention",
+    "aten::select", "aten::sign", "aten::silu", "aten::sin", "aten::size", "aten::slice", "aten::softmax",
+    "aten::split", "aten::sqrt", "aten::squeeze", "aten::stack", "aten::str", "aten::sub", "aten::sum", "aten::tanh",
+    "aten::tensor", "aten::to", "aten::transpose", "aten::triu", "aten::type_as", "aten::unsqueeze", "aten::view",
+    "aten::where", "aten::zeros", "prim::Constant", "prim::DictConstruct", "prim::GetAttr", "prim::If",
+    "prim::ListConstruct", "prim::ListUnpack", "prim::Loop", "prim::NumToTensor", "prim::TupleConstruct",
+    "prim::TupleUnpack", "prim::device", "prim::dtype", "prim::max", "prim::min", "quantized::linear_dynamic",
 })
-#: ``FORBIDDEN_OPERATIONS`` of the same file (file access, and calls that hide a graph).
-FORBIDDEN_OPERATIONS = frozenset({"aten::from_file", "aten::save", "prim::CallFunction", "prim::CallMethod"})
+#: ``FORBIDDEN_OPERATIONS`` of the same file at v8.19.20 / v9.5.2 (v9.4.0 lacks ``inductor::_reinterpret_tensor``):
+#: memory access, file access, calls that hide a graph; the deny-list releases forbid only ``aten::from_file`` and
+#: ``aten::save``.
+FORBIDDEN_OPERATIONS = frozenset({
+    "aten::as_strided", "aten::from_file", "aten::save", "inductor::_reinterpret_tensor", "prim::CallFunction",
+    "prim::CallMethod",
+})
 
 
 class EsConformanceError(LsrError, ValueError):
     """The artifact would fail, or behave differently, inside Elasticsearch: one clear sentence."""
+
+
+class EsDuplicateKeyError(EsConformanceError):
+    """Two ids of one result share a sanitised key: Elasticsearch's ``IllegalStateException`` "Duplicate key".
+
+    ``TextExpansionResults.asMap`` / ``addMapFields`` collect ``weightedTokens`` with
+    ``Collectors.toMap(WeightedToken::token, WeightedToken::weight)`` (elastic/elasticsearch
+    ``x-pack/plugin/core/src/main/java/org/elasticsearch/xpack/core/ml/inference/results/TextExpansionResults.java``).
+    """
 
 
 def graph_operations(module: Any) -> list[str]:
@@ -162,7 +186,9 @@ class TextExpansionRuntime:
             ids = np.flatnonzero(vector > 0.0)
             weighted = sorted(((keys[i], float(np.float32(vector[i]))) for i in ids), key=lambda kv: -kv[1])
             merged: dict[str, float] = {}
-            for key, weight in weighted:  # the ingest map keeps one value per key
-                merged.setdefault(key, weight)
+            for key, weight in weighted:
+                if key in merged:  # TextExpansionResults.asMap: Collectors.toMap without a merge function
+                    raise EsDuplicateKeyError(f"Duplicate key {key} (attempted merging values {merged[key]} and {weight})")
+                merged[key] = weight
             results.append(merged)
         return results

@@ -42,7 +42,7 @@ __all__ = ["Backend", "IndexJobConfig", "IndexJobError", "IndexJob", "run_index_
 
 logger = logging.getLogger(__name__)
 
-Backend = Literal["local", "opensearch", "ndjson"]
+Backend = Literal["local", "opensearch", "ndjson", "elasticsearch"]
 
 
 class IndexJobError(LsrError, RuntimeError):

@@ -16,16 +16,70 @@ import scipy.sparse as sp
 import torch
 
 from ..contract import KeyFormat, check_key_format, key_table, special_token_ids, vector_to_keys
+from ..errors import LsrError
 
-__all__ = ["SparseKeyedEncoder", "sparse_encoder_query_fn", "csr_rows_to_dicts", "encode_to_csr"]
+__all__ = ["SparseKeyedEncoder", "sparse_encoder_query_fn", "csr_rows_to_dicts", "encode_to_csr", "output_dimension",
+           "OutputDimensionError"]
 
 logger = logging.getLogger(__name__)
 
 
+class OutputDimensionError(LsrError, ValueError):
+    """The model's output columns and its key table (tokenizer) disagree: keys would be wrong or dropped."""
+
+
+def _mlm_head_rows(model) -> int | None:
+    """Rows of the masked-LM output layer of the model's first transformer module (its vocabulary width)."""
+    modules = list(model) if hasattr(model, "__iter__") else []
+    for module in modules:
+        auto = getattr(module, "auto_model", None)
+        head = auto.get_output_embeddings() if auto is not None and hasattr(auto, "get_output_embeddings") else None
+        if head is not None and getattr(head, "weight", None) is not None:
+            return int(head.weight.shape[0])
+    return None
+
+
+def output_dimension(model) -> int:
+    """Number of columns the model's sparse vectors have, from what the model outputs.
+
+    Not ``get_embedding_dimension()``: sentence-transformers 6.2 answers it with the transformer's hidden
+    size (128 for SPLADE-tiny) when the ``SpladePooling`` module was built without ``embedding_dimension``,
+    which is how ``SparseEncoder(modules=[MLMTransformer(dir), SpladePooling("max")])`` saves it, while
+    ``encode_query`` returns vocabulary-wide vectors. So: one probe encoding of the query side (what the
+    index and the keys must cover), checked against the masked-LM head's rows when there is one.
+
+    Raises:
+        OutputDimensionError: the MLM head and the encoded vectors disagree.
+    """
+    probe = None
+    if hasattr(model, "encode_query"):
+        with torch.no_grad():
+            emb = model.encode_query(["probe"], convert_to_sparse_tensor=True, show_progress_bar=False)
+        probe = int(emb.shape[-1])
+    head = _mlm_head_rows(model)
+    if probe is not None and head is not None and probe != head:
+        raise OutputDimensionError(f"the model's query vectors have {probe} columns but its masked-LM head has "
+                                   f"{head} rows; refusing to guess which ids the keys belong to")
+    dim = probe if probe is not None else head
+    if dim is None:
+        dim = int(model.get_embedding_dimension())
+    declared = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else None
+    if declared is not None and declared != dim:
+        logger.debug("get_embedding_dimension() says %s, the model outputs %s columns: using %s", declared, dim, dim)
+    return dim
+
+
 def csr_rows_to_dicts(mat: sp.csr_matrix, keys: Sequence[str]) -> list[dict[str, float]]:
     """CSR rows -> ``{key: weight}`` dicts by ML Commons' key rule (:func:`~opensearch_lsr.contract.vector_to_keys`:
-    empty keys dropped, the later id wins on a shared key), after dropping non-positive weights."""
+    empty keys dropped, the later id wins on a shared key), after dropping non-positive weights.
+
+    Raises:
+        OutputDimensionError: ``mat`` has more columns than ``keys`` (those ids would be dropped silently).
+    """
     mat = mat.tocsr()
+    if keys is not None and mat.shape[1] > len(keys):
+        raise OutputDimensionError(f"the vectors have {mat.shape[1]} columns but the key table only {len(keys)} "
+                                   "keys: the ids past it would be dropped")
     out = []
     for i in range(mat.shape[0]):
         start, end = mat.indptr[i], mat.indptr[i + 1]
@@ -53,8 +107,12 @@ class SparseKeyedEncoder:
             model = load_sparse_encoder(self.path)
         self.model = model
         self._doc_encoder = None
-        dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else None
+        dim = output_dimension(model)
         self.keys = key_table(model.tokenizer, key_format, dim)
+        if key_format == "word" and dim > len(model.tokenizer):
+            raise OutputDimensionError(f"the model outputs {dim} columns but its tokenizer names only "
+                                       f"{len(model.tokenizer)} ids; the ids past it have no WORD key "
+                                       "(use token_id keys or fix the tokenizer)")
 
     def to_csr(self, texts: Sequence[str], kind: Literal["query", "document"], batch_size: int = 32,
                show_progress_bar: bool = False) -> sp.csr_matrix:
@@ -134,7 +192,7 @@ def encode_to_csr(
         emb = fn(list(texts[start:start + step]), batch_size=batch_size, convert_to_sparse_tensor=True,
                  show_progress_bar=show_progress_bar)
         chunks.append(_to_csr(emb))
-    mat = sp.vstack(chunks).tocsr() if chunks else sp.csr_matrix((0, encoder.get_embedding_dimension()))
+    mat = sp.vstack(chunks).tocsr() if chunks else sp.csr_matrix((0, output_dimension(encoder)))
     specials = special_token_ids(encoder.tokenizer)
     if specials:
         mask = np.ones(mat.shape[1], dtype=np.float32)

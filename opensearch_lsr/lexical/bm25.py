@@ -7,8 +7,8 @@ order of float operations):
 - ``search/similarities/BM25Similarity``: ``idf = log(1 + (docCount - df + 0.5) / (df + 0.5))``,
   ``avgdl = sumTotalTermFreq / docCount``, a 256-entry cache
   ``1 / (k1 * ((1 - b) + b * LENGTH_TABLE[norm] / avgdl))`` and
-  ``score = weight - weight / (1 + freq * cache[norm])`` with ``weight = boost * idf`` (Lucene 9 dropped
-  the ``(k1 + 1)`` numerator factor);
+  ``score = weight - weight / (1 + freq * cache[norm])`` with ``weight = boost * idf`` (Lucene 8.0 dropped
+  the ``(k1 + 1)`` numerator factor, LUCENE-8563; the same formula in 9.x / 10.x);
 - ``util/SmallFloat.intToByte4`` / ``byte4ToInt``: the one-byte field-length norm (lengths 0..23 exact,
   then 4 significant bits), computed from ``length - numOverlap`` (``discount_overlaps`` true);
 - OpenSearch's default ``BM25`` similarity is ``LegacyBM25Similarity`` (opensearch-project/OpenSearch
@@ -18,6 +18,9 @@ order of float operations):
 - ``match`` (operator ``or``): one SHOULD ``TermQuery`` per analysed query token; repeated tokens are
   merged by ``BooleanQuery.rewrite`` into one clause with boost = repetitions; clause scores are summed
   in double and returned as float (``DisjunctionSumScorer``).
+
+Checked against a real Lucene (8.8.1, ``tests/lucene``): over the same token stream the top-10 of 1,000
+msmarco-ko dev queries equal ``LegacyBM25Similarity``'s, scores within 6e-8 relative.
 
 Written by hand, not with ``bm25s``: bm25s (method ``lucene``) uses exact document lengths and float64,
 so it cannot give the quantised-norm scores OpenSearch returns; ``tests/lexical`` checks that with

@@ -124,10 +124,14 @@ def test_default_pruning_of_new_indices_and_the_toolkits_exact_default(es_double
     assert len(engine.search("exact", body)["hits"]["hits"]) == 10  # default size, every document matches
 
 
-def test_dots_refused_before_8_16_accepted_after():
+def test_dots_refused_before_8_16_accepted_after(monkeypatch):
+    from elasticsearch._sync.client import _base
     from es_double import ElasticsearchDouble
 
     from opensearch_lsr.elasticsearch.client import make_es_client
+
+    # an 8.x server serves an 8.x client only: send its compatible-with=8 headers
+    monkeypatch.setattr(_base, "_COMPAT_MIMETYPE_SUB", "application/vnd.elasticsearch+\\g<1>; compatible-with=8")
 
     for version, ok in (("8.15.0", False), ("9.1.0", True)):
         double = ElasticsearchDouble(version).start()

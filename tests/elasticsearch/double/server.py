@@ -52,12 +52,13 @@ class ElasticsearchDouble:
     """State + request handling; ``start()`` binds a local port."""
 
     def __init__(self, version: str = "9.1.0", plugins: set[str] | None = None, *, validate: bool = True,
-                 start_delay_s: float = 0.05) -> None:
+                 start_delay_s: float = 0.05, license_type: str = "trial") -> None:
         self.version_string = version
         self.version = tuple(int(x) for x in version.split(".")[:3])
         self.plugins = set(plugins if plugins is not None else {"analysis-nori"})
         self.validator = EsSpecValidator.shared() if validate else None
         self.start_delay_s = start_delay_s
+        self.license_type = license_type
         self.models: dict[str, dict[str, Any]] = {}
         self.endpoints: dict[str, dict[str, Any]] = {}
         self.pipelines: dict[str, dict[str, Any]] = {}
@@ -83,7 +84,7 @@ class ElasticsearchDouble:
             def _serve(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                status, payload = double.handle(method, self.path, body)
+                status, payload = double.handle(method, self.path, body, self.headers.get("Accept"))
                 data = json.dumps(payload).encode("utf-8") if payload is not None else b""
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -118,7 +119,7 @@ class ElasticsearchDouble:
         return self.version[:2] >= (major, minor)
 
     # -- dispatch -----------------------------------------------------------------------------
-    def handle(self, method: str, raw: str, body: bytes) -> tuple[int, Any]:
+    def handle(self, method: str, raw: str, body: bytes, accept: str | None = None) -> tuple[int, Any]:
         split = urlsplit(raw)
         path = unquote(split.path) or "/"
         query = dict(parse_qsl(split.query, keep_blank_values=True))
@@ -131,6 +132,12 @@ class ElasticsearchDouble:
                 with self.lock:
                     self.violations.append({"method": method, "path": path, "errors": res.errors})
         try:
+            # RestCompatibleVersionHelper: a server serves `compatible-with` its own major and the one before
+            wanted = re.search(r"compatible-with=(\d+)", accept or "")
+            if wanted and int(wanted.group(1)) not in (self.version[0], self.version[0] - 1):
+                raise EsApiError(400, "media_type_header_exception", "Invalid media-type value on headers [Accept]: "
+                                 f"Accept version must be either version {self.version[0]} or {self.version[0] - 1}, "
+                                 f"but found {wanted.group(1)}. Accept={accept}")
             for fault in self.faults:
                 if fault[3] > 0 and fault[0] == method and re.search(fault[1], path):
                     fault[3] -= 1
@@ -154,6 +161,10 @@ class ElasticsearchDouble:
         if not segs:
             return 200, {"name": "es-double", "cluster_name": "double", "tagline": "You Know, for Search",
                          "version": {"number": self.version_string, "build_flavor": "default"}}
+        if segs == ["_license"] and method == "GET":
+            return 200, {"license": {"status": "active", "uid": "double", "type": self.license_type,
+                                     "issue_date_in_millis": 0, "max_nodes": 1000, "issued_to": "double",
+                                     "issuer": "elasticsearch", "start_date_in_millis": -1}}
         if segs == ["_cat", "plugins"]:
             return 200, [{"name": "node-1", "component": p, "version": self.version_string} for p in sorted(self.plugins)]
         if segs[:2] == ["_ml", "trained_models"]:
@@ -187,12 +198,15 @@ class ElasticsearchDouble:
             if cfg.get("model_type") != "pytorch" or "text_expansion" not in (cfg.get("inference_config") or {}):
                 raise EsApiError(400, "status_exception", "the double serves pytorch text_expansion models only")
             self.models[mid] = {"config": cfg, "parts": {}, "total_parts": None, "total_length": None,
-                                "vocabulary": None, "state": None, "runtime": None, "reason": None}
-            return 200, dict(cfg, model_id=mid, fully_defined=False)
+                                "vocabulary": None, "state": None, "runtime": None, "reason": None,
+                                "extra_deployments": []}
+            return 200, dict(cfg, model_id=mid)
         if not rest and method == "GET":
+            # TrainedModelConfig.toXContent writes `fully_defined` only under the `definition_status` param,
+            # which RestGetTrainedModelsAction sets from `include=definition_status`
             m = self._model(mid)
-            return 200, {"count": 1, "trained_model_configs": [dict(m["config"], model_id=mid,
-                                                                     fully_defined=self._fully_defined(m))]}
+            status = {"fully_defined": self._fully_defined(m)} if "definition_status" in query.get("include", "") else {}
+            return 200, {"count": 1, "trained_model_configs": [dict(m["config"], model_id=mid, **status)]}
         if not rest and method == "DELETE":
             m = self._model(mid)
             if m["state"] in ("started", "starting") and query.get("force") != "true":
@@ -226,8 +240,12 @@ class ElasticsearchDouble:
                                                  "reason": m["reason"], "allocation_status": {
                                                      "state": "fully_allocated" if m["state"] == "started" else "starting",
                                                      "allocation_count": 1, "target_allocation_count": 1}}
-            stats = {"model_id": mid, **({"deployment_stats": dep} if dep else {})}
-            return 200, {"count": 1, "trained_model_stats": [stats]}
+            stats = [{"model_id": mid, **({"deployment_stats": dep} if dep else {})}]
+            for did in m["extra_deployments"]:  # one entry per deployment (GetTrainedModelsStatsAction)
+                stats.append({"model_id": mid, "deployment_stats": {
+                    "deployment_id": did, "model_id": mid, "state": "started",
+                    "allocation_status": {"state": "fully_allocated", "allocation_count": 1, "target_allocation_count": 1}}})
+            return 200, {"count": len(stats), "trained_model_stats": stats}
         if rest == ["_infer"] and method == "POST":
             req = self._json(body)
             texts = [d.get("text_field", "") for d in req.get("docs", [])]
@@ -239,8 +257,6 @@ class ElasticsearchDouble:
         return m["total_parts"] is not None and len(m["parts"]) == m["total_parts"] and m["vocabulary"] is not None
 
     def _start(self, mid: str, m: dict[str, Any], query: dict) -> tuple[int, Any]:
-        from opensearch_lsr.elasticsearch.runtime import EsConformanceError, TextExpansionRuntime
-
         if m["state"] in ("started", "starting"):
             raise EsApiError(409, "status_exception", f"Could not start model deployment because an existing deployment "
                              f"with the same id [{mid}] exist")
@@ -250,41 +266,57 @@ class ElasticsearchDouble:
         if threads < 1 or threads > 32 or threads & (threads - 1):
             raise EsApiError(400, "action_request_validation_exception",
                              "Validation Failed: 1: [threads_per_allocation] must be a power of 2 less than or equal to 32;")
-        data = b"".join(m["parts"][i] for i in range(m["total_parts"]))
         m["state"], m["started_at"], m["reason"] = "starting", time.monotonic(), None
-        if len(data) != m["total_length"]:
-            m["state"], m["reason"] = "failed", "model definition length does not match total_definition_length"
-        elif self.fail_next_start:
+        if self.fail_next_start:
             m["state"], m["reason"], self.fail_next_start = "failed", self.fail_next_start, None
         else:
-            try:
-                rt = TextExpansionRuntime.from_parts(data, m["vocabulary"], m["config"]["inference_config"])
-                bad = rt.check_graph()
-                if bad:
-                    raise EsConformanceError(f"model contains forbidden or unsupported operations {bad}")
-                m["runtime"] = rt
-            except EsConformanceError as err:
-                m["state"], m["reason"] = "failed", str(err)
-        if query.get("wait_for", "started") == "started":
+            self._load(mid, m)
+        wait_for = query.get("wait_for", "started")
+        if wait_for not in ("starting", "started", "fully_allocated"):
+            raise EsApiError(400, "illegal_argument_exception", f"Unknown AllocationStatus.State [{wait_for}]")
+        if wait_for != "starting":
+            # the server holds the request until the deployment is started (or `timeout`): model loading takes
+            # start_delay_s here, minutes for a large model on a real ML node
             if m["state"] == "failed":
                 raise EsApiError(500, "status_exception", f"Could not start deployment because of [{m['reason']}]")
+            time.sleep(self.start_delay_s)
             m["state"] = "started"
         return 200, {"assignment": {"task_parameters": {"model_id": mid, "deployment_id": mid},
                                     "assignment_state": m["state"]}}
+
+    def _load(self, mid: str, m: dict[str, Any]) -> None:
+        """Load the definition as pytorch_inference would (length check, TorchScript, graph validation)."""
+        from opensearch_lsr.elasticsearch.runtime import EsConformanceError, TextExpansionRuntime
+
+        data = b"".join(m["parts"][i] for i in range(m["total_parts"]))
+        if len(data) != m["total_length"]:
+            m["state"], m["reason"] = "failed", "model definition length does not match total_definition_length"
+            return
+        try:
+            rt = TextExpansionRuntime.from_parts(data, m["vocabulary"], m["config"]["inference_config"])
+            bad = rt.check_graph()
+            if bad:
+                raise EsConformanceError(f"model contains forbidden or unsupported operations {bad}")
+            m["runtime"] = rt
+        except EsConformanceError as err:
+            m["state"], m["reason"] = "failed", str(err)
 
     def _advance(self, m: dict[str, Any]) -> None:
         if m["state"] == "starting" and time.monotonic() - m.get("started_at", 0) >= self.start_delay_s:
             m["state"] = "started"
 
-    def _expand(self, mid: str, texts: list[str]) -> list[dict[str, float]]:
+    def _expand(self, mid: str, texts: list[str], deployment: str | None = None) -> list[dict[str, float]]:
         m = self._model(mid)
         self._advance(m)
-        if m["state"] != "started" or m["runtime"] is None:
+        own = deployment is None or deployment == mid
+        if m["runtime"] is None or (own and m["state"] != "started") or (not own and deployment not in m["extra_deployments"]):
             raise EsApiError(409, "status_exception", f"Trained model deployment [{mid}] is not allocated to any nodes")
-        from opensearch_lsr.elasticsearch.runtime import EsConformanceError
+        from opensearch_lsr.elasticsearch.runtime import EsConformanceError, EsDuplicateKeyError
 
         try:
             return m["runtime"].infer(texts, strict=False)  # what ES does with any result tensor
+        except EsDuplicateKeyError as err:  # TextExpansionResults.asMap: Collectors.toMap throws
+            raise EsApiError(500, "illegal_state_exception", str(err)) from err
         except EsConformanceError as err:
             raise EsApiError(500, "status_exception", str(err)) from err
 
@@ -299,12 +331,32 @@ class ElasticsearchDouble:
                 raise EsApiError(400, "status_exception", f"Inference endpoint [{eid}] already exists")
             if req.get("service") != "elasticsearch":
                 raise EsApiError(400, "status_exception", f"Unknown service [{req.get('service')}]")
-            model_id = (req.get("service_settings") or {}).get("model_id")
+            settings = dict(req.get("service_settings") or {})
+            model_id, deployment_id = settings.get("model_id"), settings.get("deployment_id")
             if model_id == eid:
                 raise EsApiError(400, "status_exception", "Inference endpoint [id] must not match the [model_id]")
-            self._model(model_id)
+            if deployment_id is not None:
+                # ElasticsearchInternalService.validateAgainstDeployment: attach to a running deployment; its
+                # allocations and threads are taken from it
+                owner = next((mid for mid, m in self.models.items() if m["state"] in ("started", "starting")
+                              and deployment_id == mid), None)
+                if owner is None:
+                    raise EsApiError(404, "status_exception", f"Cannot find deployment [{deployment_id}]")
+                if model_id is not None and model_id != owner:
+                    raise EsApiError(400, "status_exception", f"Deployment [{deployment_id}] uses model [{owner}] "
+                                     f"which does not match the model [{model_id}] in the request.")
+                settings["model_id"] = owner
+            else:
+                # customElandCase: a CustomElandModel whose deployment id is the endpoint id; creating the
+                # endpoint starts that deployment: a second copy of the model next to any existing one
+                m = self._model(model_id)
+                if not self._fully_defined(m):
+                    raise EsApiError(400, "status_exception", f"model [{model_id}] must have a fully uploaded definition")
+                if m["runtime"] is None:
+                    self._load(model_id, m)
+                m["extra_deployments"].append(eid)
             self.endpoints[eid] = {"inference_id": eid, "task_type": "sparse_embedding", "service": "elasticsearch",
-                                   "service_settings": req["service_settings"]}
+                                   "service_settings": settings}
             return 200, self.endpoints[eid]
         if eid not in self.endpoints:
             raise EsApiError(404, "resource_not_found_exception", f"Inference endpoint not found [{eid}]")
@@ -313,13 +365,17 @@ class ElasticsearchDouble:
         if method == "POST":
             texts = self._json(body).get("input")
             texts = [texts] if isinstance(texts, str) else texts
-            mid = self.endpoints[eid]["service_settings"]["model_id"]
-            return 200, {"sparse_embedding": [{"is_truncated": False, "embedding": e} for e in self._expand(mid, texts)]}
+            return 200, {"sparse_embedding": [{"is_truncated": False, "embedding": e} for e in self._endpoint_expand(eid, texts)]}
         raise EsApiError(405, "method_not_allowed", method)
 
+    def _endpoint_expand(self, eid: str, texts: list[str]) -> list[dict[str, float]]:
+        settings = self.endpoints[eid]["service_settings"]
+        return self._expand(settings["model_id"], texts, settings.get("deployment_id") or eid)
+
     def _query_expansion(self, inference_id: str, text: str) -> dict[str, float]:
-        mid = self.endpoints[inference_id]["service_settings"]["model_id"] if inference_id in self.endpoints else inference_id
-        return self._expand(mid, [text])[0]
+        if inference_id in self.endpoints:
+            return self._endpoint_expand(inference_id, [text])[0]
+        return self._expand(inference_id, [text])[0]
 
     # -- pipelines ------------------------------------------------------------------------------
     def _pipeline(self, method: str, pid: str, body: bytes) -> tuple[int, Any]:
@@ -343,7 +399,21 @@ class ElasticsearchDouble:
             if inf is None:
                 continue
             for io in inf.get("input_output", []):
-                source[io["output_field"]] = self._expand(inf["model_id"], [str(source.get(io["input_field"], ""))])[0]
+                # InferenceProcessor (input_output): a missing input field fails the document unless
+                # ignore_missing; the result is written with IngestDocument.appendFieldValue, so an existing
+                # output field becomes a list [old, new]
+                if io["input_field"] not in source:
+                    if inf.get("ignore_missing"):
+                        continue
+                    raise EsApiError(400, "illegal_argument_exception",
+                                     f"input field [{io['input_field']}] does not exist in the source document")
+                value = self._expand(inf["model_id"], [str(source[io["input_field"]])])[0]
+                out = io["output_field"]
+                if out in source:
+                    old = source[out]
+                    source[out] = (old if isinstance(old, list) else [old]) + [value]
+                else:
+                    source[out] = value
         return source
 
     # -- indices ----------------------------------------------------------------------------------
@@ -408,6 +478,18 @@ class ElasticsearchDouble:
             if value is None:
                 continue
             if spec.get("type") == "sparse_vector":
+                if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                    # an array of objects: DocumentParser parses each; a feature given twice keeps the max
+                    # (SparseVectorFieldMapper.parse, 8.16+) or fails before (elastic/elasticsearch#111981)
+                    merged: dict[str, float] = {}
+                    for part in value:
+                        for feature, w in part.items():
+                            if feature in merged and not self.at_least(8, 16):
+                                raise EsApiError(400, "document_parsing_exception", "[sparse_vector] fields do not "
+                                                 "support indexing multiple values for the same feature [" +
+                                                 f"{fname}.{feature}] in the same document")
+                            merged[feature] = max(float(w), merged.get(feature, 0.0))
+                    value = merged
                 if not isinstance(value, dict):
                     raise EsApiError(400, "document_parsing_exception", "[sparse_vector] fields must be json objects, "
                                      "expected a START_OBJECT but got: " + type(value).__name__)
@@ -506,7 +588,17 @@ class ElasticsearchDouble:
         ``index_options`` (``prune: false`` turns it off); else indices created on 8.19+ / 9.1+ prune with the
         default ``TokenPruningConfig`` (``getDefaultPruningConfig``), older ones do not. ``None``: no pruning."""
         if body.get("prune") is not None:
-            return (body.get("pruning_config") or {}) if body["prune"] else None
+            if not body["prune"]:
+                return None
+            if body.get("pruning_config") is not None:
+                cfg = dict(body["pruning_config"])
+                if "tokens_freq_ratio_threshold" in cfg:  # TokenPruningConfig.fromXContent: parser.intValue()
+                    cfg["tokens_freq_ratio_threshold"] = int(cfg["tokens_freq_ratio_threshold"])
+                return cfg
+            # `prune: true` alone: TokenPruningConfig() defaults in SparseVectorQueryBuilder (8.15-8.18); the
+            # 8.19 / 9.1 finalizeSparseVectorQuery read (`shouldPruneTokensFromQuery ? tokenPruningConfigFromQuery
+            # : null`) prunes nothing
+            return None if (self.at_least(9, 1) or (self.version[0] == 8 and self.at_least(8, 19))) else {}
         opts = (idx["props"].get(field) or {}).get("index_options") or {}
         if opts.get("prune") is False:
             return None
@@ -543,6 +635,10 @@ class ElasticsearchDouble:
     def _search(self, idx: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
         size = int(req.get("size", 10))
         if "retriever" in req:
+            if "rrf" in req["retriever"] and self.license_type not in ("enterprise", "trial"):
+                # RRFRankPlugin.RANK_RRF_FEATURE: License.OperationMode.ENTERPRISE
+                raise EsApiError(403, "security_exception",
+                                 "current license is non-compliant for [Reciprocal Rank Fusion (RRF)]")
             rrf = req["retriever"]["rrf"]
             k, window = int(rrf.get("rank_constant", 60)), int(rrf.get("rank_window_size", size))
             fused: dict[str, float] = {}
