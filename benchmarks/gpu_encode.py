@@ -288,12 +288,13 @@ def mrr_at_10(dataset: Path, device: torch.device, model: str, limit: int | None
     return out
 
 
-def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batching: str, work: Path) -> dict:
+def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batching: str, work: Path,
+                      extra: tuple[str, ...] = ()) -> dict:
     """``lsr-os index --backend ndjson`` in a subprocess; its summary's throughput and time split."""
-    out = work / f"ndjson-{batching}"
+    out = work / f"ndjson-{batching}{len(extra)}"
     cmd = [sys.executable, "-m", "opensearch_lsr.cli", "index", "--corpus", str(corpus_file), "--model", model,
            "--backend", "ndjson", "--index", str(out), "--restart", "--no-progress", "--device", str(device),
-           "--batching", batching]
+           "--batching", batching, *extra]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
@@ -332,6 +333,13 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         res["packed"] = {"precision": new.precision, "attention": "varlen" if new.runner.model.use_varlen
                          else "padded-sdpa", **rate(t), "padded_share": 0.0}
         res["speedup_packed_over_reference"] = round(res["packed"]["docs_per_s"] / res["reference"]["docs_per_s"], 2)
+
+    def packed_compiled():
+        enc = SparseDocumentEncoder(model, device=str(device), batching="packed", compile=True,
+                                    max_batch_tokens=32768 if device.type == "cuda" else None)
+        _, warm = timed(device, enc.encode, texts[:2048])
+        _, t = timed(device, enc.encode, texts)
+        res["packed_compiled"] = {"precision": enc.precision, **rate(t), "warm_up_s": round(warm, 1)}
 
     def packed_fp32():
         enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
@@ -383,13 +391,17 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         with open(corpus_file, "w", encoding="utf-8") as fh:
             for i, t in zip(ids, texts):
                 fh.write(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n")
-        res["ndjson_end_to_end"] = {b: ndjson_end_to_end(model, corpus_file, device, b, work)
-                                    for b in ("padded", "packed")}
-        pk = res["ndjson_end_to_end"]["packed"]
-        if "docs_per_s" in pk and "packed" in res:
-            pk["share_of_encode_only"] = round(pk["docs_per_s"] / res["packed"]["docs_per_s"], 3)
+        runs = {"padded": ("padded", ()), "packed": ("packed", ()),
+                "packed --chunk-docs 2048": ("packed", ("--chunk-docs", "2048"))}
+        res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
+                                    for k, (b, extra) in runs.items()}
+        for key in ("packed", "packed --chunk-docs 2048"):
+            pk = res["ndjson_end_to_end"][key]
+            if "docs_per_s" in pk and "packed" in res:
+                pk["share_of_encode_only"] = round(pk["docs_per_s"] / res["packed"]["docs_per_s"], 3)
 
-    for key, fn in (("reference", reference), ("packed", packed), ("packed_fp32", packed_fp32),
+    for key, fn in (("reference", reference), ("packed", packed), ("packed_compiled", packed_compiled),
+                    ("packed_fp32", packed_fp32),
                     ("instrumentation", instrumentation), ("segment_max", segment_max), ("budgets", budgets),
                     ("exactness", exact), ("ndjson", end_to_end)):
         section(res, key, fn)
@@ -416,11 +428,12 @@ def markdown(result: dict) -> str:
         lines += [f"## {r['model']}: {r.get('docs')} documents, {r.get('mean_tokens')} tokens each, "
                   f"{r.get('flops_per_token', 0) / 1e6:.0f} MFLOP per token", "",
                   "| path | docs/s | tokens/s | model TFLOP/s | % of peak | padded tokens |", "|---|---|---|---|---|---|"]
-        for key in ("reference", "packed", "packed_fp32"):
+        for key in ("reference", "packed", "packed_compiled", "packed_fp32"):
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
                 label = {"reference": f"padded reference ({row.get('precision')})",
                          "packed": f"packed ({row.get('precision')}, {row.get('attention')})",
+                         "packed_compiled": f"packed ({row.get('precision')}) + torch.compile (--compile)",
                          "packed_fp32": "packed (fp32)"}[key]
                 lines.append(f"| {label} | {row['docs_per_s']:,} | {row['tokens_per_s']:,} | {row['model_tflops']} | "
                              f"{row['pct_of_peak']} | {row.get('padded_share', 0.0):.1%} |")

@@ -160,6 +160,8 @@ class SparseDocumentEncoder:
         num_threads: ``torch.set_num_threads`` for CPU runs (``None``: leave as is).
         batching: how :meth:`encode` runs (:data:`Batching`); ``encode_dense`` is always the padded reference.
         max_batch_tokens: real tokens per packed forward pass (default: 32k on a GPU, 4k on CPU).
+        compile: packed batching: ``torch.compile`` the residual + LayerNorm steps (fused kernels; the
+            first batches pay the compilation).
     """
 
     def __new__(cls, model: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
@@ -185,6 +187,7 @@ class SparseDocumentEncoder:
         num_threads: int | None = None,
         batching: Batching = "auto",
         max_batch_tokens: int | None = None,
+        compile: bool = False,
     ) -> None:
         from transformers import AutoModelForMaskedLM
 
@@ -227,10 +230,10 @@ class SparseDocumentEncoder:
         self.special_ids = [i for i in special_token_ids(self.tokenizer) if 0 <= i < self.vocab_size]
         self.zero_special_tokens = zero_special_tokens
         self.stats = EncoderStats()
-        self.runner = self._packed_runner(batching, max_batch_tokens)
+        self.runner = self._packed_runner(batching, max_batch_tokens, compile)
 
     # ------------------------------------------------------------------ set-up helpers
-    def _packed_runner(self, batching: Batching, max_batch_tokens: int | None):
+    def _packed_runner(self, batching: Batching, max_batch_tokens: int | None, compile: bool = False):
         """The packed runner for ``batching`` (``None``: the padded reference path encodes)."""
         from .packed import default_vocab_chunk, packed_model
         from .packed_runner import PackedRunner
@@ -248,7 +251,7 @@ class SparseDocumentEncoder:
         chunk = default_vocab_chunk(budget, self.vocab_size, self.device.type)
         on_gpu = self.device.type == "cuda"
         packed = packed_model(self.model, dtype, vocab_chunk=chunk, segment_max="reduce" if on_gpu else "rows",
-                              row_block=None if on_gpu else self.row_block)
+                              row_block=None if on_gpu else self.row_block, compile=compile)
         if packed is None:
             if batching == "packed":
                 logger.warning("%s: no packed layout for this model; encoding padded batches",

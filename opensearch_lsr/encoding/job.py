@@ -85,6 +85,7 @@ class IndexJobConfig(ArtifactConfig):
     batching: str = "auto"
     max_batch_tokens: int | None = None
     window_docs: int = 4096
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.encoder_runtime not in get_args(EncoderRuntime):
@@ -216,10 +217,11 @@ class IndexJob:
         if len(devices) > 1:
             return DevicePool(config.model, devices, precision=config.precision, batch_size=config.batch_size,
                               max_length=config.max_length, num_threads=config.threads, batching=config.batching,
-                              max_batch_tokens=config.max_batch_tokens)
+                              max_batch_tokens=config.max_batch_tokens, compile=config.compile)
         return SparseDocumentEncoder(config.model, device=devices[0], precision=config.precision,  # type: ignore[arg-type]
                                      batch_size=config.batch_size, max_length=config.max_length,
-                                     batching=config.batching, max_batch_tokens=config.max_batch_tokens)  # type: ignore[arg-type]
+                                     batching=config.batching, max_batch_tokens=config.max_batch_tokens,  # type: ignore[arg-type]
+                                     compile=config.compile)
 
     def _save_checkpoint(self, progress: _Progress, done: bool = False) -> None:
         Checkpoint(corpus=str(self.config.corpus), index=str(self.config.index), done=done,

@@ -117,6 +117,14 @@ class _Layer(NamedTuple):
     ln2: tuple[torch.Tensor, torch.Tensor, float]
 
 
+def _add_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+              dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Post-LN residual step: ``LayerNorm(x + y)`` in float32 (``y`` in the compute dtype is promoted),
+    returned in float32 (the residual stream) and in the compute dtype (the next matmul's input)."""
+    z = F.layer_norm(x + y, x.shape[-1:], weight, bias, eps)
+    return z, (z if dtype == torch.float32 else z.to(dtype))
+
+
 class PackedMLM:
     """Body and MLM head of a BERT-family masked LM over packed documents.
 
@@ -128,11 +136,15 @@ class PackedMLM:
                  emb_ln: tuple[torch.Tensor, torch.Tensor, float], position_offset: int, heads: int,
                  layers: list[_Layer], transform: Callable[[torch.Tensor], torch.Tensor],
                  decoder_w: torch.Tensor, decoder_b: torch.Tensor | None, dtype: torch.dtype,
-                 vocab_chunk: int, segment_max: str = "reduce", row_block: int | None = None) -> None:
+                 vocab_chunk: int, segment_max: str = "reduce", row_block: int | None = None,
+                 compile: bool = False) -> None:
         if segment_max not in ("reduce", "gather", "rows"):
             raise ValueError(f"segment_max {segment_max!r} is not 'reduce', 'gather' or 'rows'")
         self.segment_max = segment_max
         self.row_block = row_block
+        # torch.compile fuses the residual add, the LayerNorm and both casts into one kernel per step
+        # (dynamic: one graph for every packed length)
+        self._add_norm = torch.compile(_add_norm, dynamic=True) if compile else _add_norm
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b
@@ -166,17 +178,16 @@ class PackedMLM:
         if self.token_type is not None:
             x = x + self.token_type
         x = F.layer_norm(x.float(), x.shape[-1:], *self.emb_ln[:2], self.emb_ln[2])
+        xc = x.to(dt)
         total, width = x.shape
         head_dim = width // self.heads
         for layer in self.layers:
-            qkv = F.linear(x.to(dt), layer.qkv_w, layer.qkv_b).view(total, 3, self.heads, head_dim)
+            qkv = F.linear(xc, layer.qkv_w, layer.qkv_b).view(total, 3, self.heads, head_dim)
             ctx = self._attend(qkv[:, 0], qkv[:, 1], qkv[:, 2], seg).reshape(total, width)
-            attn = F.linear(ctx, layer.out_w, layer.out_b)
-            x = F.layer_norm(attn.float() + x, (width,), *layer.ln1[:2], layer.ln1[2])
-            up = layer.act(F.linear(x.to(dt), layer.up_w, layer.up_b))
-            down = F.linear(up, layer.down_w, layer.down_b)
-            x = F.layer_norm(down.float() + x, (width,), *layer.ln2[:2], layer.ln2[2])
-        return self.transform(x)
+            x, xc = self._add_norm(x, F.linear(ctx, layer.out_w, layer.out_b), *layer.ln1, dt)
+            up = layer.act(F.linear(xc, layer.up_w, layer.up_b))
+            x, xc = self._add_norm(x, F.linear(up, layer.down_w, layer.down_b), *layer.ln2, dt)
+        return self.transform(xc)
 
     def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """``max_i (h_i W^T + b)`` per document over its own tokens, ``[n, V]`` float32, vocabulary chunk by
@@ -284,7 +295,7 @@ def _distilbert_layer(layer: Any, dtype: torch.dtype) -> _Layer:
 def _transform(dense_w: torch.Tensor, dense_b: torch.Tensor, act: Callable, ln: tuple, dtype: torch.dtype):
     """The MLM head's transform (dense -> activation -> LayerNorm); its output in the compute dtype."""
     def run(x: torch.Tensor) -> torch.Tensor:
-        y = act(F.linear(x.to(dtype), dense_w, dense_b))
+        y = act(F.linear(x, dense_w, dense_b))
         return F.layer_norm(y.float(), y.shape[-1:], ln[0], ln[1], ln[2]).to(dtype)
     return run
 
@@ -301,7 +312,7 @@ def default_vocab_chunk(tokens_per_batch: int, vocab: int, device_type: str) -> 
 
 
 def packed_model(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_max: str = "reduce",
-                 row_block: int | None = None) -> PackedMLM | None:
+                 row_block: int | None = None, compile: bool = False) -> PackedMLM | None:
     """A :class:`PackedMLM` over ``model``'s weights (cast once to ``dtype``), or ``None`` when the layout is
     not one this module knows (absolute positions, post-LN blocks, the families named in the module doc)."""
     kind = type(model).__name__
@@ -345,7 +356,8 @@ def packed_model(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_ma
         return PackedMLM(word=word.detach().float(), position=position.detach().float(), token_type=token_type,
                          emb_ln=emb_ln, position_offset=offset, heads=heads, layers=layers, transform=transform,
                          decoder_w=_cast(dec.weight, dtype), decoder_b=_cast(bias, dtype), dtype=dtype,
-                         vocab_chunk=int(vocab_chunk), segment_max=segment_max, row_block=row_block)
+                         vocab_chunk=int(vocab_chunk), segment_max=segment_max, row_block=row_block,
+                         compile=compile)
 
 
 def flops_per_token(model: Any) -> float:

@@ -75,7 +75,7 @@ class DevicePool:
 
     def __init__(self, model: str | os.PathLike, devices: Sequence[str], *, precision: str = "auto",
                  batch_size: int = 32, max_length: int = MAX_LENGTH, num_threads: int | None = None,
-                 batching: str = "auto", max_batch_tokens: int | None = None) -> None:
+                 batching: str = "auto", max_batch_tokens: int | None = None, compile: bool = False) -> None:
         from transformers import AutoConfig
 
         from ..transfer.surgery import load_target_tokenizer, resolve_model_path
@@ -99,7 +99,8 @@ class DevicePool:
         for d in self.devices:
             queue.put(d)
         kwargs = {"precision": precision, "batch_size": batch_size, "max_length": max_length,
-                  "num_threads": num_threads, "batching": batching, "max_batch_tokens": max_batch_tokens}
+                  "num_threads": num_threads, "batching": batching, "max_batch_tokens": max_batch_tokens,
+                  "compile": compile}
         self._executor = ProcessPoolExecutor(max_workers=len(self.devices), mp_context=ctx,
                                              initializer=_init_worker, initargs=(queue, path, kwargs))
 
