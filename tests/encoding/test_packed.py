@@ -1,0 +1,268 @@
+"""Packed batching: tokenize once, token-budgeted batches, the packed body and head, device sparsification,
+the in-flight pipeline, all against the padded reference path (CPU)."""
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from opensearch_lsr.encoding.device_sparse import sparsify
+from opensearch_lsr.encoding.encode_pipeline import PipelinedEncoder
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+from opensearch_lsr.encoding.packed import Segments, packed_model
+from opensearch_lsr.encoding.token_batches import token_budget_batches
+from opensearch_lsr.encoding.token_ids import OnceTokenizer, concat_tokenized
+
+TEXTS = ["the cat is in the house", "seoul is the capital of korea", "a dog", "paris", "",
+         "the river water of the city of paris france is a road " * 60, "books school cats dogs"]
+
+
+# ---------------------------------------------------------------------------------------------- tokenize once
+def test_tokenize_once_equals_the_truncating_tokenizer_on_the_korean_corpus(shared_data):
+    from opensearch_lsr.transfer.surgery import load_target_tokenizer
+
+    tok = load_target_tokenizer(str(shared_data / "kobigbird-bert-base-tokenizer"), what="tokenizer")
+    texts = [json.loads(line)["text"] for line in open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8")]
+    texts += [" ".join(texts[:40])]  # one text over the cap
+    once = OnceTokenizer(tok, 512)(texts)
+    expected = tok(texts, truncation=True, max_length=512, return_attention_mask=False,
+                   return_token_type_ids=False)["input_ids"]
+    assert once.as_lists() == expected
+    full = tok(texts, truncation=False, return_attention_mask=False, return_token_type_ids=False,
+               verbose=False)["input_ids"]
+    assert once.full_lengths.tolist() == [len(x) for x in full]
+    assert once.lengths.max() == 512 and once.full_lengths.max() > 512
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_tokenize_once_truncation_sides_and_template(splade_tiny_dir, side):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(splade_tiny_dir))
+    tok.truncation_side = side
+    texts = TEXTS + ["word " * 700]
+    once = OnceTokenizer(tok, 64, side)(texts)
+    assert once.as_lists() == tok(texts, truncation=True, max_length=64)["input_ids"]
+    assert once.select(np.array([5, 0])).as_lists() == [once.as_lists()[5], once.as_lists()[0]]
+    both = concat_tokenized([once, once.select(np.array([2]))])
+    assert both.as_lists() == once.as_lists() + [once.as_lists()[2]]
+
+
+# ---------------------------------------------------------------------------------------------- batches
+@pytest.mark.parametrize("padded", [False, True])
+def test_token_budget_batches_take_every_document_once_within_budget(padded):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 600, size=500)
+    batches = token_budget_batches(lengths, 2048, padded=padded, max_batch_docs=64)
+    seen = np.concatenate(batches)
+    assert sorted(seen.tolist()) == list(range(500))
+    for b in batches:
+        lens = lengths[b]
+        assert (np.diff(lens) >= 0).all() and len(b) <= 64
+        cost = len(b) * lens.max() if padded else lens.sum()
+        assert cost <= 2048 or len(b) == 1
+    with pytest.raises(ValueError):
+        token_budget_batches(lengths, 0)
+
+
+# ---------------------------------------------------------------------------------------------- packed body
+def _tiny_models():
+    from transformers import (BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM, RobertaConfig,
+                              RobertaForMaskedLM, XLMRobertaConfig, XLMRobertaForMaskedLM)
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    return {
+        "bert": (BertForMaskedLM(BertConfig(max_position_embeddings=64, **common)), 0),
+        "roberta": (RobertaForMaskedLM(RobertaConfig(max_position_embeddings=70, pad_token_id=1, **common)), 1),
+        "xlm-roberta": (XLMRobertaForMaskedLM(XLMRobertaConfig(max_position_embeddings=70, pad_token_id=1, **common)), 1),
+        "distilbert": (DistilBertForMaskedLM(DistilBertConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4,
+                                                              hidden_dim=64, max_position_embeddings=64)), 0),
+    }
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta", "xlm-roberta", "distilbert"])
+@pytest.mark.parametrize("segment_max,row_block", [("reduce", None), ("gather", None), ("rows", None), ("rows", 20)])
+def test_packed_body_and_head_equal_the_padded_hugging_face_forward(name, segment_max, row_block):
+    model, pad = _tiny_models()[name]
+    model.eval()
+    lengths = np.array([5, 17, 3, 30, 2, 9])
+    ids = [torch.randint(5, 300, (int(n),)) for n in lengths]
+    batch = torch.full((len(ids), int(lengths.max())), pad)
+    mask = torch.zeros_like(batch)
+    for i, x in enumerate(ids):
+        batch[i, :len(x)], mask[i, :len(x)] = x, 1
+    with torch.no_grad():
+        logits = model(input_ids=batch, attention_mask=mask).logits
+        expected = logits.masked_fill(~mask.bool()[..., None], float("-inf")).amax(1)
+        packed = packed_model(model, torch.float32, vocab_chunk=128, segment_max=segment_max, row_block=row_block)
+        got = packed.pooled_max(torch.cat(ids), Segments.from_lengths(lengths, torch.device("cpu")))
+    assert (expected[0] - expected[1]).abs().max() > 1e-3  # documents get different vectors
+    assert (got - expected).abs().max().item() <= 1e-5
+
+
+def test_unknown_layouts_fall_back_to_padded_batching(tiny_source_dir):
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    model = ModernBertForMaskedLM(ModernBertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                                   num_attention_heads=2, intermediate_size=48, pad_token_id=0,
+                                                   bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2))
+    assert packed_model(model, torch.float32, vocab_chunk=64) is None
+    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="padded")
+    assert enc.runner is None and enc.batching == "padded"
+    with pytest.raises(ValueError, match="batching"):
+        SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="fast")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_source_dir", "splade_tiny_dir"])
+def test_packed_encoder_equals_the_padded_reference(model_fixture, request):
+    path = request.getfixturevalue(model_fixture)
+    ref = SparseDocumentEncoder(path, device="cpu", batching="padded", batch_size=3)
+    new = SparseDocumentEncoder(path, device="cpu", batching="packed", max_batch_tokens=600)
+    assert new.batching == "packed"
+    new.window_docs = 3  # several tokenization windows, batches across them
+    a, b = ref.encode(TEXTS), new.encode(TEXTS)
+    for x, y in zip(a, b):
+        assert np.array_equal(x.ids, y.ids) and x.ids.dtype == y.ids.dtype == np.int64
+        assert np.abs(x.weights - y.weights).max(initial=0.0) <= 1e-5 and y.weights.dtype == np.float32
+    dense = ref.encode_dense(TEXTS)
+    assert new.stats.texts == len(TEXTS) and new.stats.tokens == sum(map(len, ref.tokenize(TEXTS)))
+    assert dense.shape[1] == new.vocab_size
+
+
+# ---------------------------------------------------------------------------------------------- sparsify
+@pytest.mark.parametrize("static_size", [None, 10_000, 3])
+def test_device_sparsify_is_bit_identical_to_to_sparse_with_bad_values(tiny_source_dir, static_size):
+    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="padded")
+    dense = enc.encode_dense(TEXTS).clone()
+    tiny = float(np.finfo(np.float32).tiny)
+    dense[0, 7], dense[1, 3], dense[1, 4] = float("nan"), float("inf"), float("-inf")
+    dense[2, 5], dense[2, 6], dense[3, 8] = tiny / 4, tiny, -1.0
+    expected = enc.to_sparse(dense.clone())
+    got, nonfinite = sparsify(dense.clone(), static_size=static_size).result()
+    assert nonfinite == enc.stats.nonfinite_dropped == 3
+    for x, y in zip(expected, got):
+        assert np.array_equal(x.ids, y.ids) and np.array_equal(x.weights, y.weights)
+        assert x.ids.dtype == y.ids.dtype and x.weights.dtype == y.weights.dtype
+
+
+# ---------------------------------------------------------------------------------------------- pipeline
+class _EchoModel:
+    """Stands in for the packed masked LM: each document's vector is one-hot at its second token id, so a
+    vector shows which document it was computed from."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, vocab: int, fail_on_batch: int | None = None) -> None:
+        self.vocab, self.fail_on_batch, self.calls = vocab, fail_on_batch, 0
+
+    def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == self.fail_on_batch:
+            raise RuntimeError("device lost")
+        out = torch.full((len(seg.lengths), self.vocab), -1.0)
+        starts = (seg.cu_seqlens[:-1]).long()
+        out[torch.arange(len(starts)), ids[starts + 1]] = 1.0
+        return out
+
+
+def _echo_encoder(splade_tiny_dir, fail_on_batch=None) -> SparseDocumentEncoder:
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batching="packed", max_batch_tokens=512)
+    enc.runner.model = _EchoModel(enc.vocab_size, fail_on_batch)
+    return enc
+
+
+def test_pipeline_keeps_order_across_windows_and_chunk_sizes(splade_tiny_dir):
+    enc = _echo_encoder(splade_tiny_dir)
+    words = [w for w in enc.tokenizer.get_vocab() if w.isalpha() and w.islower()][:400]
+    first_ids = {w: enc.tokenizer.convert_tokens_to_ids(w) for w in words}
+    pipe = PipelinedEncoder(enc, window_docs=37)
+    rng = np.random.default_rng(1)
+    chunks, pos = [], 0
+    while pos < len(words):
+        size = int(rng.integers(0, 60))
+        chunks.append(words[pos:pos + size])
+        pos += size
+    futures = []
+    for k, chunk in enumerate(chunks):
+        futures.append(pipe.submit([f"{w} padding words" for w in chunk]))
+        if k % 3 == 0:  # a consumer that waits while the producer is still submitting (the FLUSH path)
+            futures[k // 2].result(timeout=30)
+    for chunk, fut in zip(chunks, futures):
+        vectors = fut.result(timeout=30)
+        assert [int(v.ids[0]) for v in vectors] == [first_ids[w] for w in chunk]
+        assert len(fut.tokens.lengths) == len(chunk)
+    pipe.close()
+    assert enc.stats.texts == len(words) and enc.runner.stats.documents == len(words)
+    assert enc.runner.stats.batches < len(chunks)  # batches span chunks: sorting windows are not the chunks
+
+
+def test_pipeline_failure_reaches_every_pending_future_and_later_submits(splade_tiny_dir):
+    enc = _echo_encoder(splade_tiny_dir, fail_on_batch=2)
+    pipe = PipelinedEncoder(enc, window_docs=4)
+    futures = [pipe.submit([f"text number {i}"] * 4) for i in range(6)]
+    errors = 0
+    for fut in futures:
+        try:
+            fut.result(timeout=30)
+        except RuntimeError as err:
+            assert "device lost" in str(err)
+            errors += 1
+    assert errors >= 1 and all(f.done() for f in futures)  # nobody waits forever
+    with pytest.raises(RuntimeError, match="pipeline failed"):
+        pipe.submit(["more"])
+    pipe.close()
+
+
+def test_pipeline_resolves_a_lone_chunk_without_more_input(splade_tiny_dir):
+    enc = _echo_encoder(splade_tiny_dir)
+    pipe = PipelinedEncoder(enc, window_docs=10_000)
+    done = threading.Event()
+    fut = pipe.submit(["seoul", "paris"])
+    fut.add_done_callback(lambda f: done.set())
+    assert done.wait(30) and len(fut.result()) == 2
+    assert pipe.submit([]).result(timeout=30) == []
+    pipe.close()
+    assert pipe.max_inflight(256) >= 2 * (10_000 // 256)
+
+
+# ---------------------------------------------------------------------------------------------- the job
+def test_index_job_writes_the_same_ndjson_pipelined_or_not_and_close_to_the_padded_path(splade_tiny_dir, tmp_path):
+    from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
+
+    corpus = tmp_path / "corpus.jsonl"
+    with open(corpus, "w", encoding="utf-8") as fh:
+        for i, t in enumerate(TEXTS * 5):
+            fh.write(json.dumps({"_id": f"d{i}", "text": t}) + "\n")
+
+    def run(batching, window=None):
+        out = tmp_path / f"out-{batching}-{window}"
+        cfg = IndexJobConfig(corpus=str(corpus), model=str(splade_tiny_dir), backend="ndjson", index=str(out),
+                             batching=batching, chunk_docs=8, window_docs=window or 4096, device="cpu")
+        summary = run_index_job(cfg, restart=True, progress=False)
+        return summary, b"".join(p.read_bytes() for p in sorted(out.glob("*.ndjson")))
+
+    packed_summary, pipelined = run("packed", window=8)  # window = chunk: the same batches as encode(chunk)
+    assert packed_summary["encoder"]["batching"] == "packed" and packed_summary["indexed"] == len(TEXTS) * 5 - 5
+    assert packed_summary["skipped"] == {"empty_text": 5} and packed_summary["truncated"] == 5
+    # the same records through the in-memory path (encode() per chunk of 8, no pipeline): the same bytes
+    from opensearch_lsr.encoding.indexing import index_records
+    from opensearch_lsr.encoding.writers import NdjsonWriter
+
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batching="packed")
+    records = [(f"d{i}", t.strip()) for i, t in enumerate(TEXTS * 5) if t]  # the reader strips text
+    direct = tmp_path / "direct"
+    writer = NdjsonWriter(direct, index="out-packed-8")
+    index_records(records, enc, writer, chunk_docs=8)
+    writer.close()
+    assert b"".join(p.read_bytes() for p in sorted(direct.glob("*.ndjson"))) == pipelined
+    _, padded = run("padded")
+    lines_a, lines_b = pipelined.splitlines(), padded.splitlines()
+    assert len(lines_a) == len(lines_b)
+    for a, b in zip(lines_a[1::2], lines_b[1::2]):
+        da, db = json.loads(a), json.loads(b)
+        assert da["id"] == db["id"] and set(da["sparse_embedding"]) == set(db["sparse_embedding"])
+        assert max(abs(da["sparse_embedding"][k] - db["sparse_embedding"][k]) for k in da["sparse_embedding"]) <= 1e-5
