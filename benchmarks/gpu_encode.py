@@ -392,10 +392,10 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             for i, t in zip(ids, texts):
                 fh.write(json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n")
         runs = {"padded": ("padded", ()), "packed": ("packed", ()),
-                "packed --chunk-docs 2048": ("packed", ("--chunk-docs", "2048"))}
+                "packed --build-workers 0": ("packed", ("--build-workers", "0"))}
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
-        for key in ("packed", "packed --chunk-docs 2048"):
+        for key in ("packed", "packed --build-workers 0"):
             pk = res["ndjson_end_to_end"][key]
             if "docs_per_s" in pk and "packed" in res:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res["packed"]["docs_per_s"], 3)
@@ -404,7 +404,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
                     ("packed_fp32", packed_fp32),
                     ("instrumentation", instrumentation), ("segment_max", segment_max), ("budgets", budgets),
                     ("exactness", exact), ("ndjson", end_to_end)):
-        section(res, key, fn)
+        if key not in args.skip:
+            section(res, key, fn)
     return res
 
 
@@ -467,6 +468,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default=None, help="cuda or cpu [default: cuda when present].")
     p.add_argument("--quick", action="store_true", help="A small model and corpus (implied without CUDA).")
     p.add_argument("--skip-reference-model", action="store_true", help="Only SPLADE-tiny.")
+    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out (packed_compiled, segment_max, ...).")
     args = p.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     quick = args.quick or device.type != "cuda"

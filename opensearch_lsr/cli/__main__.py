@@ -3,4 +3,5 @@ from __future__ import annotations
 
 from . import main
 
-main()
+if __name__ == "__main__":  # not when a spawned worker process imports the parent's main module
+    main()

@@ -41,6 +41,9 @@ __all__ = ["index_command"]
                    "where the model's layout allows it.")
 @click.option("--max-batch-tokens", type=int, default=None,
               help="Packed batching: real tokens per forward pass [default: 32768 on a GPU, 4096 on CPU].")
+@click.option("--build-workers", type=int, default=None,
+              help="--backend ndjson: processes that build and serialise documents [default: up to 8 with a GPU, "
+                   "0 on CPU].")
 @click.option("--compile", "compile_", is_flag=True,
               help="Packed batching: torch.compile the residual + LayerNorm steps into fused kernels (the first "
                    "batches pay the compilation: worth it for long jobs on a GPU).")
@@ -77,7 +80,7 @@ __all__ = ["index_command"]
 @connection_options
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, batching, max_batch_tokens, compile_, device, precision, text_field, sparse_field, limit, threads,
+                  chunk_docs, batching, max_batch_tokens, build_workers, compile_, device, precision, text_field, sparse_field, limit, threads,
                   no_progress, encoder_runtime, engine,
                   workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
     """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
@@ -127,7 +130,7 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
                                 sparse_field=sparse_field, limit=limit, threads=threads,
                                 encoder_runtime=encoder_runtime, batching=batching,
-                                max_batch_tokens=max_batch_tokens, compile=compile_)
+                                max_batch_tokens=max_batch_tokens, compile=compile_, build_workers=build_workers)
         factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")

@@ -31,6 +31,7 @@ from typing import Any, Literal, get_args
 from ..config import ArtifactConfig, write_json
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
 from ..errors import LsrError
+from .document_workers import NdjsonDocumentPool, default_build_workers
 from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, flat_mapping, split_passages
 from ..pruning import parse_prune
 from .indexing import build_actions
@@ -86,6 +87,8 @@ class IndexJobConfig(ArtifactConfig):
     max_batch_tokens: int | None = None
     window_docs: int = 4096
     compile: bool = False
+    # processes that build and serialise NDJSON documents (None: up to 8 beside a GPU, none on CPU)
+    build_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.encoder_runtime not in get_args(EncoderRuntime):
@@ -167,6 +170,7 @@ class IndexJob:
         self.work = default_work_dir(config)
         self.timing = {"encode": 0.0, "build": 0.0, "write": 0.0}
         self.failure: list[BaseException] = []
+        self.doc_pool = None
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
         self.pending: deque = deque()
@@ -241,6 +245,8 @@ class IndexJob:
             actions, sources, progress = item
             try:
                 t0 = time.perf_counter()
+                if hasattr(actions, "result"):  # lines from the document workers
+                    actions = [{"_id": did, "_ndjson": lines} for did, lines in actions.result()]
                 outcomes = self.writer.write(actions) if actions else []
                 self.timing["write"] += time.perf_counter() - t0
                 for out in outcomes:
@@ -332,6 +338,10 @@ class IndexJob:
                     actions.append({"_id": did, "_source": builder.nested_source(did, rec.text, [rec.text], [vec])})
                     sources[did] = rec.source
                 self.encode_counters["passages"] += len(records)
+            elif self.doc_pool is not None:  # built and serialised in worker processes; the writer waits
+                self.encode_counters["truncated"] += sum(over)
+                actions = self.doc_pool.submit([(rec.doc_id, rec.text) for rec in records], vectors)
+                sources = {doc_id_for(rec.doc_id, rec.text): rec.source for rec in records}
             else:
                 self.encode_counters["truncated"] += sum(over)
                 actions = build_actions([(rec.doc_id, rec.text) for rec in records], vectors, builder)
@@ -429,6 +439,13 @@ class IndexJob:
                                        prune, config.text_field, config.sparse_field)
         if self.writer is None:
             self.writer = make_writer(config, self.client_factory)
+        self.doc_pool = None
+        workers = config.build_workers if config.build_workers is not None else default_build_workers(
+            str(encoder.device))
+        from .writers import NdjsonWriter
+
+        if workers and config.long_text == "truncate" and isinstance(self.writer, NdjsonWriter):
+            self.doc_pool = NdjsonDocumentPool(self.builder, self.writer.index, workers)
         counters: Counter = Counter(checkpoint.counters if checkpoint else {})
         if checkpoint:
             self.writer.restore(checkpoint.writer)
@@ -476,6 +493,8 @@ class IndexJob:
             self.skipped.close()
             if own_pool is not None:
                 own_pool.close()
+            if self.doc_pool is not None:
+                self.doc_pool.close()
 
         elapsed = time.perf_counter() - self.t_start
         final = Counter(self.main_counters)

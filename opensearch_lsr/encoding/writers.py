@@ -95,8 +95,11 @@ class NdjsonWriter:
                 self.part += 1
                 self.docs_in_part = 0
             fh = self._open()
-            meta = {"index": {"_index": self.index, "_id": action["_id"]}}
-            fh.write(orjson.dumps(meta) + b"\n" + orjson.dumps(action["_source"]) + b"\n")
+            lines = action.get("_ndjson")  # serialised by a document worker (document_workers.ndjson_lines)
+            if lines is None:
+                meta = {"index": {"_index": self.index, "_id": action["_id"]}}
+                lines = orjson.dumps(meta) + b"\n" + orjson.dumps(action["_source"]) + b"\n"
+            fh.write(lines)
             self.docs_in_part += 1
             out.append(BulkOutcome(str(action["_id"]), True, 201))
         return out

@@ -259,6 +259,12 @@ def test_index_job_writes_the_same_ndjson_pipelined_or_not_and_close_to_the_padd
     index_records(records, enc, writer, chunk_docs=8)
     writer.close()
     assert b"".join(p.read_bytes() for p in sorted(direct.glob("*.ndjson"))) == pipelined
+    workers_out = tmp_path / "workers"  # documents built and serialised in worker processes: the same bytes
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(splade_tiny_dir), backend="ndjson", index=str(workers_out),
+                         batching="packed", chunk_docs=8, window_docs=8, device="cpu", build_workers=2)
+    assert run_index_job(cfg, restart=True, progress=False)["indexed"] == packed_summary["indexed"]
+    assert b"".join(p.read_bytes().replace(b"workers", b"out-packed-8") for p in sorted(workers_out.glob("*.ndjson"))) \
+        == pipelined
     _, padded = run("padded")
     lines_a, lines_b = pipelined.splitlines(), padded.splitlines()
     assert len(lines_a) == len(lines_b)

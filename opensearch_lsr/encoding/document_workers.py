@@ -1,0 +1,76 @@
+"""Build and serialise NDJSON documents in worker processes.
+
+On a GPU the encoder outpaces what one Python thread can turn into documents: keys per id, a dict per
+document and its JSON are about 50-100 us of interpreter time each, and every thread of the job shares one
+interpreter lock. :class:`NdjsonDocumentPool` hands a chunk's records and vectors to worker processes
+(``concurrent.futures.ProcessPoolExecutor``, ``spawn``), each holding the job's
+:class:`~.documents.DocumentBuilder`, and gets back the ``_bulk`` lines of each document; the job's writer
+thread writes them in chunk order, so checkpoints and the exactly-once rules are unchanged. The lines are
+byte for byte what :class:`~.writers.NdjsonWriter` writes for the same action.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+
+import orjson
+
+from .documents import DocumentBuilder, doc_id_for
+from .sparse_vector import SparseVector
+
+__all__ = ["NdjsonDocumentPool", "ndjson_lines", "default_build_workers"]
+
+_BUILDER: DocumentBuilder | None = None
+_INDEX = ""
+
+
+def default_build_workers(device: str | None) -> int:
+    """Worker processes for documents: none on CPU (the cores encode), up to 8 beside a GPU."""
+    if device is None or not str(device).startswith("cuda"):
+        return 0
+    return max(0, min(8, (os.cpu_count() or 1) - 2))
+
+
+def ndjson_lines(builder: DocumentBuilder, index: str, doc_id: str, text: str, vector: SparseVector) -> bytes:
+    """One document's ``_bulk`` action and source lines (what ``NdjsonWriter`` writes for it)."""
+    return (orjson.dumps({"index": {"_index": index, "_id": doc_id}}) + b"\n"
+            + orjson.dumps(builder.source(doc_id, text, vector)) + b"\n")
+
+
+def _init(builder: DocumentBuilder, index: str) -> None:
+    global _BUILDER, _INDEX
+    _BUILDER, _INDEX = builder, index
+
+
+def _serialise(records: Sequence[tuple[str | None, str]], vectors: Sequence[SparseVector]) -> list[tuple[str, bytes]]:
+    out = []
+    for (doc_id, text), vector in zip(records, vectors):
+        did = doc_id_for(doc_id, text)
+        out.append((did, ndjson_lines(_BUILDER, _INDEX, did, text, vector)))  # type: ignore[arg-type]
+    return out
+
+
+class NdjsonDocumentPool:
+    """Worker processes that turn ``(doc_id, text)`` records and their vectors into ``_bulk`` lines.
+
+    Args:
+        builder: how documents look (sent to each worker once).
+        index: the ``_index`` of the action lines.
+        workers: processes.
+    """
+
+    def __init__(self, builder: DocumentBuilder, index: str, workers: int) -> None:
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.workers = workers
+        self._pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
+                                         initargs=(builder, index))
+
+    def submit(self, records: Sequence[tuple[str | None, str]], vectors: Sequence[SparseVector]) -> Future:
+        """A future of ``[(_id, lines), ...]`` in record order."""
+        return self._pool.submit(_serialise, list(records), list(vectors))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
