@@ -53,11 +53,13 @@ def machine() -> dict:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
-    try:
-        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                        text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        info["commit"] = os.environ.get("LSR_COMMIT", "unknown")
+    info["commit"] = os.environ.get("LSR_COMMIT")  # a copy of the tree on another machine may carry a stale .git
+    if not info["commit"]:
+        try:
+            info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                            text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            info["commit"] = "unknown"
     return info
 
 
