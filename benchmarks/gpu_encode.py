@@ -470,14 +470,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--device", default=None, help="cuda or cpu [default: cuda when present].")
     p.add_argument("--quick", action="store_true", help="A small model and corpus (implied without CUDA).")
     p.add_argument("--skip-reference-model", action="store_true", help="Only SPLADE-tiny.")
-    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out (packed_compiled, segment_max, ...).")
+    p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
+    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_compiled, packed_fp32, instrumentation, "
+                        "segment_max, budgets, exactness, ndjson, mrr.")
     args = p.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     quick = args.quick or device.type != "cuda"
     data = Path(args.data)
     if quick:
         args.repeat, args.subset = 1, min(args.subset, 48)
-    ids, texts = load_corpus(data / "msmarco-ko" / "corpus.jsonl", args.repeat, 96 if quick else None)
+    ids, texts = load_corpus(data / "msmarco-ko" / "corpus.jsonl", args.repeat, args.limit or (96 if quick else None))
     result: dict = {"command": " ".join([Path(sys.argv[0]).name if argv is None else "gpu_encode.py"] +
                                         (sys.argv[1:] if argv is None else argv)),
                     "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
@@ -516,8 +518,9 @@ def main(argv: list[str] | None = None) -> dict:
         res = bench_model("splade-tiny (2 x 128, 30,522 vocab)", tiny, ids, texts, device, result["peak_tflops"],
                           args, work, section)
         result["models"].append(res)
-        section(res, "mrr", lambda: res.__setitem__("mrr_at_10", mrr_at_10(data / "msmarco-en", device, tiny,
-                                                                            200 if quick else None)))
+        if "mrr" not in args.skip:
+            section(res, "mrr", lambda: res.__setitem__("mrr_at_10", mrr_at_10(data / "msmarco-en", device, tiny,
+                                                                                200 if quick else None)))
     save()
     return result
 

@@ -40,7 +40,7 @@ __all__ = ["index_command"]
                    "DistilBERT, RoBERTa, XLM-R); padded: the length-sorted, padded reference path; auto: packed "
                    "where the model's layout allows it.")
 @click.option("--max-batch-tokens", type=int, default=None,
-              help="Packed batching: real tokens per forward pass [default: 32768 on a GPU, 4096 on CPU].")
+              help="Packed batching: real tokens per forward pass [default: 65536 on a GPU, 4096 on CPU].")
 @click.option("--build-workers", type=int, default=None,
               help="--backend ndjson: processes that build and serialise documents [default: up to 8 with a GPU, "
                    "0 on CPU].")

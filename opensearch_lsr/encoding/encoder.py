@@ -159,7 +159,7 @@ class SparseDocumentEncoder:
         zero_special_tokens: zero the special-token dims, as the exported model does.
         num_threads: ``torch.set_num_threads`` for CPU runs (``None``: leave as is).
         batching: how :meth:`encode` runs (:data:`Batching`); ``encode_dense`` is always the padded reference.
-        max_batch_tokens: real tokens per packed forward pass (default: 32k on a GPU, 4k on CPU).
+        max_batch_tokens: real tokens per packed forward pass (default: 64k on a GPU, 4k on CPU).
         compile: packed batching: ``torch.compile`` the residual + LayerNorm steps (fused kernels; the
             first batches pay the compilation).
     """

@@ -1,0 +1,28 @@
+"""``benchmarks/gpu_encode.py`` runs its CPU form end to end (the GPU form is the same code on CUDA)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, splade_tiny_dir, tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_encode", ROOT / "benchmarks" / "gpu_encode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    module.main(["--out", str(out), "--md", str(md), "--data", str(shared_data), "--splade-tiny", str(splade_tiny_dir),
+                 "--limit", "24", "--subset", "12", "--skip-reference-model",
+                 "--skip", "packed_compiled", "segment_max", "budgets", "ndjson", "mrr"])
+    result = json.loads(out.read_text())
+    (row,) = result["models"]
+    assert "errors" not in row, row.get("errors")
+    assert row["docs"] == 24 and row["packed"]["padded_share"] == 0.0 and row["reference"]["padded_share"] > 0
+    assert row["packed"]["docs_per_s"] > 0 and row["reference"]["docs_per_s"] > 0
+    exact = row["exact_packed_fp32_vs_reference_fp32"]
+    assert exact["docs"] == 12 and exact["max_abs_dw"] <= 1e-5 and exact["jaccard_mean"] > 0.99
+    assert set(row["stage_ms_per_batch"]) == {"copy_in", "body", "head_max", "sparsify_copy_out"}
+    text = md.read_text()
+    assert "padded reference" in text and "packed" in text and result["machine"]["commit"]
