@@ -303,8 +303,6 @@ class IndexJob:
             job = self._encode_async([p for ps in pieces for p in ps])
         else:
             job = self._encode_async(tokens if tokens is not None else texts)
-        if over is None and job is not None:
-            over = job  # read from the future's ids when the chunk is finished
         progress = _Progress(last_pos, last_off, skipped_size, Counter(self.main_counters))
         self.pending.append((records, over, pieces, job, progress))
         while len(self.pending) > self.inflight:
@@ -317,7 +315,7 @@ class IndexJob:
         if records:
             t0 = time.perf_counter()
             vectors = job.result() if hasattr(job, "result") else job
-            if over is job:
+            if over is None:  # the pipeline tokenized the chunk: its future carries the ids
                 over = (job.tokens.full_lengths > self.encoder.max_length).tolist()
             if getattr(self.encoder, "submit", None) is not None:
                 self.timing["encode"] += time.perf_counter() - t0  # time spent waiting for the pool
