@@ -136,7 +136,7 @@ def _save(path: Path, obj: dict) -> None:
 
 def build(args: argparse.Namespace) -> None:
     """Index ``--docs`` synthetic documents in ``--batch`` bulks; resumes where the last run stopped."""
-    from opensearch_lsr.engines.local import LocalEngine
+    from opensearch_lsr.local.engine import LocalEngine
 
     index = Path(args.index)
     index.parent.mkdir(parents=True, exist_ok=True)

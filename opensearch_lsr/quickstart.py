@@ -237,10 +237,10 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     from .evaluation.report import markdown_table
     from .inference_free import build_inference_free
     from .encoding.keyed import SparseKeyedEncoder
-    from .local.index import LocalIndex
+    from .engines import make_engine
     from .encoding.query_tokens import tokenize_query
     from .idf import load_idf
-    from .opensearch.query import bool_query, neural_sparse_query, search_body
+    from .engines.query_dsl import bool_query, neural_sparse_query, search_body
 
     work = Path(config.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -275,11 +275,11 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     t0 = time.perf_counter()
     if not (bundle / "manifest.json").exists():
         from .evaluation.datasets import load_beir
-        from .opensearch.artifacts import export_bundle
+        from .engines import export
 
         sample = list(load_beir(beir, "dev").corpus.values())[:4]
-        export_bundle(model_dir, bundle, idf_corpus=str(beir / "corpus.jsonl"), verify=True,
-                      verify_texts=sample + demo_queries)
+        export("opensearch", model_dir, bundle, idf_corpus=str(beir / "corpus.jsonl"), verify=True,
+               verify_texts=sample + demo_queries)
     manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
     timings["export"] = time.perf_counter() - t0
     echo(f"[export] {bundle}: sparse_encoding.zip ({manifest['sparse_encoding']['size_bytes']:,} B), "
@@ -297,7 +297,8 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     index_dir = work / "index"
     t0 = time.perf_counter()
     encoder = SparseKeyedEncoder(str(model_dir))
-    index = LocalIndex.open(index_dir) if LocalIndex.exists(index_dir) else None
+    local = make_engine("local")
+    index = local.open(index_dir) if local.exists(index_dir) else None
     if index is None or index.count() != len(ds.corpus):
         doc_ids = list(ds.corpus)
         texts = [ds.corpus[d] for d in doc_ids]
@@ -333,7 +334,7 @@ def _run_quickstart(config: QuickstartConfig, echo: Callable[[str], None]) -> di
     # hybrid: BM25 on the nori-analysed text + the inference-free query, fused by the repository's
     # min-max pipeline (pipelines/search_hybrid_normalization.json), as `lsr-os search --mode hybrid` sends it
     from .lexical.queries import hybrid_query, match_query
-    from .opensearch.indices import load_template
+    from .engines.templates import load_template
 
     pipeline = load_template("pipelines", "search_hybrid_normalization")
     text = demo_queries[0]

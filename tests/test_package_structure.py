@@ -1,5 +1,7 @@
 """The package's shape: no import cycle and no import running up the layer map (module-level and
-in-function imports alike), no module over 600 lines. All read the source with ``ast``; nothing is imported."""
+in-function imports alike), no module over 600 lines, engines as peers (no engine package imports
+another; code outside them reaches an engine through the registry in ``engines/``). All read the source
+with ``ast``; nothing is imported."""
 from __future__ import annotations
 
 import ast
@@ -18,7 +20,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("text, vocabulary and models: IDF, nori/BM25, tokenizer transfer, multilingual bridge models",
      ("idf", "lexical", "transfer", "multilingual")),
     ("encoders", ("encoding", "inference_free", "source_vocab")),
-    ("engines", ("engines", "local", "opensearch", "elasticsearch")),
+    ("engine-neutral pieces: the protocol, the registry, what engines share", ("engines",)),
+    ("engines", ("local", "opensearch", "elasticsearch")),
     ("indexing into an engine", ("encoding.indexing", "encoding.job", "encoding.job_state", "encoding.writers",
                                  "encoding.ray_job", "encoding.ray_workers")),
     ("evaluation", ("evaluation",)),
@@ -187,3 +190,71 @@ def test_no_module_over_600_lines():
     too_long = {name: n for name, path in package_modules().items()
                 if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not too_long, f"modules over {MAX_LINES} lines (split them at their seams): {too_long}"
+
+
+#: The engine packages: peers, none imports another.
+ENGINE_PACKAGES: tuple[str, ...] = ("local", "opensearch", "elasticsearch")
+
+
+def engine_of(module: str, engines: tuple[str, ...] = ENGINE_PACKAGES, root: str = PACKAGE.name) -> str | None:
+    """The engine package ``module`` belongs to, or ``None``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == root and parts[1] in engines else None
+
+
+def engine_import_violations(edges: dict[str, dict[str, int]], engines: tuple[str, ...] = ENGINE_PACKAGES,
+                             root: str = PACKAGE.name) -> list[str]:
+    """``importer:line -> imported`` for every import of an engine package that is not allowed.
+
+    An engine package imports no other engine package. Outside them, a module reaches an engine through
+    the registry (``engines``) only; the one exception is a module named after its engine (``cli.opensearch``,
+    ``cli.elasticsearch``, ``evaluation.elasticsearch``: that engine's own commands or runner), which may
+    import that engine and no other.
+    """
+    out = []
+    for importer, targets in edges.items():
+        own = engine_of(importer, engines, root)
+        for target, line in targets.items():
+            wanted = engine_of(target, engines, root)
+            if wanted is None or wanted == own:
+                continue
+            if own is None and importer.rpartition(".")[2] == wanted:
+                continue  # that engine's own command-line or evaluation module
+            why = "engine -> another engine" if own else "not through the registry"
+            out.append(f"{importer}:{line} -> {target}  ({why})")
+    return sorted(out)
+
+
+def test_the_engine_check_finds_a_peer_import_and_a_bypass_of_the_registry(tmp_path):
+    pkg = tmp_path / "pkg"
+    for sub in ("reg", "alpha", "beta", "cli"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "reg" / "shared.py").write_text("x = 1\n")
+    (pkg / "alpha" / "engine.py").write_text("from ..reg import shared\n")                     # allowed
+    (pkg / "beta" / "engine.py").write_text("def f():\n    from ..alpha import engine\n")     # peer import
+    (pkg / "cli" / "search.py").write_text("from ..beta.engine import f\n")                    # bypass
+    (pkg / "cli" / "alpha.py").write_text("from ..alpha import engine\n")                      # alpha's own commands
+    edges = import_edges(package_modules(pkg))
+    found = [v.split("  (")[0] for v in engine_import_violations(edges, ("alpha", "beta"), root="pkg")]
+    assert found == ["pkg.beta.engine:2 -> pkg.alpha.engine", "pkg.cli.search:1 -> pkg.beta.engine"]
+
+
+def test_engines_are_peers_reached_through_the_registry():
+    bad = engine_import_violations(import_edges(package_modules()))
+    assert not bad, ("imports of an engine package from another engine, or from code that should use the "
+                     "registry (opensearch_lsr.engines):\n" + "\n".join(bad))
+
+
+def test_the_registry_names_each_engine_package_adapter():
+    tree = ast.parse((PACKAGE / "engines" / "__init__.py").read_text(encoding="utf-8"))
+    registry = next(node.value for node in ast.walk(tree) if isinstance(node, ast.AnnAssign)
+                    and getattr(node.target, "id", None) == "ENGINES")
+    entries = ast.literal_eval(registry)
+    assert sorted(entries) == sorted(ENGINE_PACKAGES)
+    for kind, target in entries.items():
+        module, _, cls = target.partition(":")
+        assert module == f"{PACKAGE.name}.{kind}.engine", f"{kind}: the adapter lives in {kind}/engine.py"
+        source = (PACKAGE / kind / "engine.py").read_text(encoding="utf-8")
+        assert f"class {cls}" in source, f"{module} defines no {cls}"

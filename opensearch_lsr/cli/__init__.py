@@ -5,9 +5,9 @@ module             commands
 =================  ==========================================================================
 ``app``            the root group ``cli``, ``echo_json``, ``fail``, ``user_errors``
 ``transfer``       ``transfer sembridge|inspect|vt``, ``tokenizer train``
-``deploy``         ``export``, ``deploy-model``, ``create-index``, ``create-pipeline``
-``index``          ``index`` (the batch encoding job)
-``search``         ``search``, ``eval``, ``inference-free``, ``quickstart``
+``opensearch``     ``export``, ``deploy-model``, ``create-index``, ``create-pipeline`` (OpenSearch)
+``index``          ``index`` (the batch encoding job; engines through the registry)
+``search``         ``search``, ``eval`` (engines through the registry), ``inference-free``, ``quickstart``
 ``train``          ``train``
 ``elasticsearch``  ``--target``/``--backend elasticsearch`` on ``export``, ``deploy-model``, ``index``, ``search``, ``eval``
 =================  ==========================================================================
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import sys
 
-from . import deploy, index, search, train, transfer  # noqa: F401 - importing registers the commands
-from . import elasticsearch  # noqa: F401,E402 - after deploy/index/search: adds --backend elasticsearch to them
+from . import index, opensearch, search, train, transfer  # noqa: F401 - importing registers the commands
+from . import elasticsearch  # noqa: F401,E402 - after opensearch/index/search: adds --backend elasticsearch to them
 from .app import cli, echo_json, fail, user_errors
 
 __all__ = ["main", "cli", "echo_json", "fail", "user_errors"]

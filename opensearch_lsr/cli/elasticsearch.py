@@ -93,14 +93,14 @@ def es_client_from_options(conn: dict, es: dict):
 
 def _export(kw: dict, es: dict) -> None:
     from ..elasticsearch.export import export_elasticsearch
-    from ..opensearch.artifacts import export_bundle
+    from ..engines import export
 
     out: dict[str, Any] = {}
     with user_errors():
         if es["target"] == "both":
-            out["opensearch"] = export_bundle(kw["model_dir"], kw["out_dir"], idf_corpus=kw["idf_corpus"],
-                                              prune=kw["prune"], key_format=kw["key_format"], verify=kw["verify"],
-                                              name=kw["name"], version=kw["model_version"], idf_json=kw["idf_json"])
+            out["opensearch"] = export("opensearch", kw["model_dir"], kw["out_dir"], idf_corpus=kw["idf_corpus"],
+                                       prune=kw["prune"], key_format=kw["key_format"], verify=kw["verify"],
+                                       name=kw["name"], version=kw["model_version"], idf_json=kw["idf_json"])
         elif kw["prune"]:
             fail("--prune is an OpenSearch export option (the Elasticsearch model is not pruned in the graph)")
         out["elasticsearch"] = export_elasticsearch(kw["model_dir"], kw["out_dir"], model_id=es["es_model_id"],

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..opensearch.client import connection_options
+from ..engines import connection_options
 from .app import cli, echo_json, fail, user_errors
 
 __all__ = ["index_command"]
@@ -77,7 +77,7 @@ __all__ = ["index_command"]
               help="--engine ray: GPUs per encoder actor (0: encode on CPU).")
 @click.option("--cpus-per-worker", type=float, default=1.0, show_default=True,
               help="--engine ray: CPUs Ray reserves per actor (also its torch threads unless --threads).")
-@connection_options
+@connection_options("opensearch")
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
                   chunk_docs, batching, max_batch_tokens, build_workers, compile_, device, precision, text_field, sparse_field, limit, threads,
@@ -114,7 +114,7 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
     completed blocks, which --resume skips.
     """
     from ..encoding.job import IndexJobConfig, run_index_job
-    from ..opensearch.client import client_from_options
+    from ..engines import client_factory
 
     if resume and restart:
         fail("--resume and --restart contradict each other: pick one")
@@ -131,7 +131,7 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 sparse_field=sparse_field, limit=limit, threads=threads,
                                 encoder_runtime=encoder_runtime, batching=batching,
                                 max_batch_tokens=max_batch_tokens, compile=compile_, build_workers=build_workers)
-        factory = (lambda: client_from_options(**conn)) if backend == "opensearch" else None
+        factory = client_factory(backend, **conn) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")
         if engine == "ray":

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..opensearch.client import connection_options
+from ..engines import connection_options
 from .app import USER_ERRORS, cli, echo_json, error_message, fail, user_errors
 
 __all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
@@ -75,7 +75,7 @@ def psq_options(command: Callable[..., Any]) -> Callable[..., Any]:
               help="The language QUERY_TEXT is in (e.g. en). With --query-encoder auto, an English query on a "
                    "transfer output (--model holding alignment.npz) goes through PSQ; otherwise informational.")
 @psq_options
-@connection_options
+@connection_options("opensearch")
 def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weights: str, rank_constant: int,
                search_pipeline: str | None, text_field: str, model: str | None, model_id: str | None,
                analyzer: str | None, field: str | None, ann_k: int | None, ann_top_n: int | None,
@@ -87,8 +87,10 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
     English query against a Korean index built with a transferred model (SPLADE-X PSQ):
     `lsr-os search --index IDX --model runs/models/ko-sembridge --query-language en "what is ..."`.
     """
-    from ..opensearch.query import (bool_query, explain_contributions, neural_sparse_query, query_tokens_for,
-                                   search_body)
+    from ..encoding.query_tokens import query_tokens_for
+    from ..engines import connect
+    from ..engines.query_dsl import (bool_query, explain_contributions, filter_clauses, nested_query,
+                                     neural_sparse_query, search_body)
 
     if not query_text.strip():
         fail("the query text is empty")
@@ -99,25 +101,14 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
             fail(f"--filter must look like FIELD=VALUE, got {item!r}")
         parsed_filters[key] = value
     ann = {k: v for k, v in (("k", ann_k), ("top_n", ann_top_n), ("heap_factor", ann_heap_factor)) if v is not None}
-    key_format, nested_path, method_params = "word", None, None
+    method_params = None
     with user_errors():
-        if backend == "local":
-            from ..contract import DEFAULT_VECTOR_FIELD
-            from ..local.index import LocalIndex
-
-            target = LocalIndex.open(index_ref)
-            fields = target.vector_fields
-            version = None
-            field = field or (fields[0] if len(fields) == 1 else DEFAULT_VECTOR_FIELD)
-        else:
-            from ..opensearch.client import client_from_options, detect_features
-            from ..opensearch.indices import vector_field_of
-
-            client = client_from_options(**conn)
-            version = detect_features(client, detect_plugins=False).version
-            # the index's own sparse field, its key format (token ids on sparse_vector) and nesting
-            target_field = vector_field_of(client, index_ref, field)
-            field, key_format, nested_path = target_field.name, target_field.key_format, target_field.nested_path
+        engine = connect(backend, **conn)
+        version = engine.version
+        # the index's own sparse field, its key format (token ids on sparse_vector) and nesting
+        target_field = engine.vector_field(index_ref, field)
+        field, key_format, nested_path = target_field.name, target_field.key_format, target_field.nested_path
+        if backend != "local":
             if ann and target_field.kind != "sparse_vector":
                 fail(f"--ann-k/--ann-top-n/--ann-heap-factor apply to sparse_vector fields; {field} is {target_field.kind}")
             if target_field.kind == "sparse_vector" and tuple(version[:2]) >= (3, 4) and "k" not in ann:
@@ -126,8 +117,6 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
             if ann and parsed_filters:
                 # inside the ANN search (method_parameters.filter), not after it: an outer bool filter
                 # would only thin out the k hits SEISMIC already chose
-                from ..opensearch.query import filter_clauses
-
                 ann["filter"] = {"bool": {"filter": filter_clauses(parsed_filters)}}
                 parsed_filters = {}
             method_params = ann or None
@@ -163,12 +152,7 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
                 fail("--mode hybrid needs --model (query_tokens computed here) or --model-id (a deployed model)")
             fusion = HybridFusion(technique, tuple(_weights(weights)) if technique == "min_max" else None,  # type: ignore[arg-type]
                                   rank_constant)
-            pipeline = search_pipeline or fusion.pipeline()
-            if backend == "opensearch" and not search_pipeline:
-                from ..opensearch.indices import put_search_pipeline
-
-                put_search_pipeline(client, "lsr-os-hybrid", fusion.pipeline())
-                pipeline = "lsr-os-hybrid"
+            pipeline = search_pipeline or engine.put_search_pipeline("lsr-os-hybrid", fusion.pipeline())
             subs = [match_query(text_field, query_text), sparse]
             subs = [bool_query(q, parsed_filters) for q in subs] if parsed_filters else subs
             body = search_body(hybrid_query(subs), size=size, source={"excludes": [field]})
@@ -191,24 +175,15 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
                                          method_params=method_params)
         if mode != "hybrid":
             if nested_path:
-                from ..opensearch.query import nested_query
-
                 clause = nested_query(nested_path, clause)
             body = search_body(bool_query(clause, parsed_filters or None), size=size,
                                source={"excludes": [nested_path or field]}, explain=explain)
-            if backend == "opensearch":
-                from ..opensearch.indices import check_two_phase
-
-                check_two_phase(client, index_ref, size)
+            engine.check_search(index_ref, size)
     if show_query:
         click.echo("# request body" + (f" (search pipeline: {json.dumps(pipeline)})" if pipeline else ""))
         echo_json(body)
     try:
-        if backend == "local":
-            resp = target.search(body, search_pipeline=pipeline) if pipeline else target.search(body)
-        else:
-            params = {"search_pipeline": pipeline} if pipeline else None
-            resp = client.search(index=index_ref, body=body, params=params)
+        resp = engine.search(index_ref, body, search_pipeline=pipeline)
     except USER_ERRORS as err:
         fail(error_message(err))
     except Exception as err:  # noqa: BLE001 - opensearch-py TransportError etc.: one sentence
@@ -272,7 +247,7 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
               help="Comma-separated languages whose copy is repaired with ftfy (the English MS MARCO passages "
                    "carry mojibake); '' keeps every text as is.")
 @psq_options
-@connection_options
+@connection_options("opensearch")
 def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str, index_ref: str | None,
              model_id: str | None, idf: str | None, max_queries: int | None, max_docs: int | None,
              prune_levels: str, out_dir: str, baseline: str, hybrid: str, weights: str, rank_constant: int,
@@ -315,10 +290,11 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
                             psq_alignment=psq_alignment, psq_min_prob=psq_min_prob)
         client = None
         if backend == "opensearch":
-            from ..opensearch.client import client_from_options, detect_features
+            from ..engines import connect
 
-            client = client_from_options(**conn)
-            detect_features(client, detect_plugins=False)  # unreachable / not OpenSearch: one sentence, first
+            engine = connect(backend, **conn)
+            engine.version  # noqa: B018 - unreachable / not OpenSearch: one sentence, first
+            client = engine.client
         result = run_evaluation(config, out_dir, client=client, show_progress_bar=True)
     out = {"metrics": result["metrics"], "report": str(out_dir), "timings": result["timings"]}
     if result.get("rows"):

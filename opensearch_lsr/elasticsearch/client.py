@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any
 from urllib.parse import urlparse
 
+from ..engines.versions import parse_version
 from ..errors import LsrError
 
 __all__ = ["EsConnectionError", "EsFeatures", "make_es_client", "describe_connection", "detect_es_features",
@@ -33,8 +34,6 @@ class EsConnectionError(LsrError, ValueError):
 
 def parse_es_version(text: str) -> tuple[int, int, int]:
     """``"8.15.0-SNAPSHOT"`` -> ``(8, 15, 0)``."""
-    from ..opensearch.client import parse_version
-
     return parse_version(text, product="Elasticsearch")
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
-from ..engines.base import BulkOutcome, EngineKind, IndexKind
+from ..engines.base import BulkOutcome, EngineKind, IndexKind, LongText, VectorField
 
 __all__ = ["ElasticsearchEngine"]
 
@@ -37,6 +37,13 @@ class ElasticsearchEngine:
         self.deploy_options = deploy_options
         self._vector_fields: dict[str, str] = {}
 
+    @staticmethod
+    def export(model_dir: str | os.PathLike, out_dir: str | os.PathLike, **options: Any) -> dict[str, Any]:
+        """The ``text_expansion`` trained model of an encoder (:func:`~.export.export_elasticsearch`)."""
+        from .export import export_elasticsearch
+
+        return export_elasticsearch(model_dir, out_dir, **options)
+
     @property
     def features(self) -> Any:
         if self._features is None:
@@ -44,6 +51,11 @@ class ElasticsearchEngine:
 
             self._features = detect_es_features(self.client)
         return self._features
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        """The cluster's version."""
+        return tuple(self.features.version)  # type: ignore[return-value]
 
     @property
     def transport(self):
@@ -71,15 +83,44 @@ class ElasticsearchEngine:
         field = self._vector_fields.get(index, DEFAULT_VECTOR_FIELD)
         return EsDocumentWriter(EsBulkWriter(self.client, index), sparse_field=field).write(list(actions))
 
-    def search(self, index: str, body: dict) -> dict:
-        """``POST <index>/_search`` (the response has the same shape as OpenSearch's)."""
+    def search(self, index: str, body: dict, *, search_pipeline: str | dict | None = None) -> dict:
+        """``POST <index>/_search`` (the response has the same shape as OpenSearch's). Elasticsearch fuses
+        hybrid queries with an ``rrf`` retriever in the body, not a search pipeline."""
         from .deploy import _reason
         from .indices import EsIndexError
 
+        if search_pipeline:
+            raise EsIndexError("Elasticsearch has no search pipelines: hybrid search uses an rrf retriever")
         status, resp = self.transport.request("POST", f"/{index}/_search", None, body)
         if status >= 300:
             raise EsIndexError(f"search on {index} failed with HTTP {status}: {_reason(resp)}")
         return resp
+
+    def vector_field(self, index: str, field: str | None = None) -> VectorField:
+        """``field``, else the field this engine created ``index`` with, else ``sparse_embedding``."""
+        return VectorField(field or self._vector_fields.get(index, DEFAULT_VECTOR_FIELD), "rank_features")
+
+    def put_search_pipeline(self, pipeline_id: str, body: dict) -> str:
+        """Refused: Elasticsearch fuses with ``rrf`` retrievers (:func:`~.query.rrf_body`)."""
+        from .indices import EsIndexError
+
+        raise EsIndexError("Elasticsearch has no search pipelines: hybrid search uses an rrf retriever")
+
+    def check_search(self, index: str, size: int) -> None:
+        """Nothing to refuse: ``sparse_vector`` queries score exactly at any ``size``."""
+        return None
+
+    def document_writer(self, index: str, *, text_field: str = DEFAULT_TEXT_FIELD,
+                        sparse_field: str = DEFAULT_VECTOR_FIELD, key_format: str = "word",
+                        long_text: LongText = "truncate"):
+        """:class:`~.bulk.EsDocumentWriter` into ``index`` (token keys made valid field names)."""
+        from .bulk import EsBulkWriter, EsDocumentWriter
+        from .indices import EsIndexError
+
+        if key_format != "word" or long_text != "truncate":
+            raise EsIndexError("the elasticsearch backend indexes token keys (--key-format word) of truncated "
+                               "texts (--long-text truncate)")
+        return EsDocumentWriter(EsBulkWriter(self.client, index), sparse_field=sparse_field)
 
     def deploy_model(self, bundle: str | os.PathLike) -> dict[str, str]:
         """Upload and start the bundle's ``text_expansion`` model; ``{"text_expansion": model_id}``

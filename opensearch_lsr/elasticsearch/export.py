@@ -194,13 +194,13 @@ def export_elasticsearch(
     import torch
 
     from .. import __version__ as toolkit_version
-    from ..opensearch.artifacts import DEFAULT_VERIFY_TEXTS, ExportError, _resolve_encoder
+    from ..engines.export_core import DEFAULT_VERIFY_TEXTS, ExportError, resolve_encoder
 
     config = EsExportConfig(model_dir=str(model_dir), model_id=model_id, max_sequence_length=max_sequence_length,
                             verify=verify)
     started = time.perf_counter()
     try:
-        _encoder, transformer, _pooling, _idf = _resolve_encoder(str(model_dir))
+        _encoder, transformer, _pooling, _idf = resolve_encoder(str(model_dir))
     except ExportError as err:
         raise EsExportError(str(err)) from err
     if _pooling.pooling_strategy != "max" or _pooling.activation_function != "relu":

@@ -8,7 +8,7 @@
 * an ingest pipeline whose ``inference`` processor runs the deployed ``text_expansion`` model on the
   text field and writes the token map into the ``sparse_vector`` field (``input_output``).
 
-The templates are rendered with the OpenSearch module's :func:`~opensearch_lsr.opensearch.indices.render`.
+The templates are rendered with :func:`opensearch_lsr.engines.templates.render` (shared by every engine).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
 from ..errors import LsrError
-from ..opensearch.indices import IndexSetupError, load_template, render
+from ..engines.templates import IndexSetupError, load_template, render
 from .client import EsFeatures
 
 __all__ = ["EsIndexError", "index_body", "pipeline_body", "create_index", "put_pipeline", "index_options",

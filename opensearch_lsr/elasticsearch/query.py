@@ -6,7 +6,7 @@
   (``tokens_freq_ratio_threshold`` a whole number in [1, 100], ``tokens_weight_threshold`` in [0, 1]).
 * :func:`query_vector_for`: the inference-free IDF query side (the bundle's ``sparse_tokenize``
   tokenizer + ``idf.json``, computed exactly as for OpenSearch by
-  :func:`~opensearch_lsr.opensearch.query.tokenize_query`) or the encoder's own query vector,
+  :func:`~opensearch_lsr.encoding.query_tokens.tokenize_query`) or the encoder's own query vector,
   keys sanitised as the index expects.
 * :func:`rrf_body`: BM25 ``match`` on the nori field + ``sparse_vector`` fused by the ``rrf``
   retriever (8.16+; Cormack et al., SIGIR 2009: ``score = sum 1 / (rank_constant + rank)``).
@@ -136,10 +136,10 @@ def query_vector_for(text: str, model: str | os.PathLike, idf: Mapping[str, floa
     """Client-side ``query_vector`` for ``text``: inference-free IDF tokens or the encoder's weights.
 
     ``model`` is a bundle dir / SPARSE_TOKENIZE zip (IDF side) or an encoder dir, as for OpenSearch's
-    ``query_tokens`` (:func:`opensearch_lsr.opensearch.query.query_tokens_for`, WORD keys), then
+    ``query_tokens`` (:func:`opensearch_lsr.encoding.query_tokens.query_tokens_for`, WORD keys), then
     sanitised (dots -> ``__``).
     """
-    from ..opensearch.query import query_tokens_for
+    from ..encoding.query_tokens import query_tokens_for
 
     return sanitize_features(query_tokens_for(text, model, idf, key_format="word"))
 

@@ -32,7 +32,7 @@ from ..config import ArtifactConfig, write_json
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
 from ..errors import LsrError
 from .document_workers import NdjsonDocumentPool, default_build_workers
-from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, flat_mapping, split_passages
+from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, split_passages
 from ..pruning import parse_prune
 from .indexing import build_actions
 from .onnx_backend import EncoderRuntime
@@ -115,27 +115,25 @@ def default_work_dir(config: IndexJobConfig) -> Path:
 
 
 def make_writer(config: IndexJobConfig, client_factory=None):
-    """The writer of ``config.backend`` (the index is created for the local backend)."""
-    from .writers import LocalIndexWriter, NdjsonWriter, OpenSearchWriter
+    """The writer of ``config.backend``: NDJSON files, or the engine's own writer, found through the engine
+    registry (the local engine creates the index; a cluster's must exist with the field mapped)."""
+    from ..engines import make_engine
+    from .writers import NdjsonWriter
 
     if config.backend == "local":
         if config.long_text == "split":
             raise IndexJobError("the local backend has no nested fields: use --long-text truncate, "
                                 "or the opensearch/ndjson backend for split passages")
-        return LocalIndexWriter(config.index, mappings=flat_mapping(config.text_field, config.sparse_field,
-                                                                    config.key_format)
-                                if config.key_format == "word" else None)
-    if config.backend == "ndjson":
+        engine = make_engine("local")
+    elif config.backend == "ndjson":
         return NdjsonWriter(config.index, index=Path(config.index).name.lower() or "index",
                             docs_per_file=config.ndjson_docs_per_file)
-    if client_factory is None:
-        raise IndexJobError("the opensearch backend needs a client (--url)")
-    from ..opensearch.bulk import OpenSearchBulkWriter
-
-    bulk = OpenSearchBulkWriter(client_factory(), config.index)
-    # the index must exist with the field mapped for these documents (H-os, issue 13 item 6)
-    bulk.check_target(config.sparse_field, key_format=config.key_format, long_text=config.long_text)
-    return OpenSearchWriter(bulk)
+    elif client_factory is None:
+        raise IndexJobError(f"the {config.backend} backend needs a client (--url)")
+    else:
+        engine = make_engine(config.backend, client_factory())
+    return engine.document_writer(config.index, text_field=config.text_field, sparse_field=config.sparse_field,
+                                  key_format=config.key_format, long_text=config.long_text)
 
 
 @dataclass

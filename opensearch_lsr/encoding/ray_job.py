@@ -21,7 +21,7 @@ What the driver does, and why it stays exact:
   (``max_task_retries``). ``_id`` is deterministic and NDJSON files are per block, replaced atomically,
   so writing a block twice changes nothing; a block row arriving twice is ignored.
 * **Local backend**: the embedded index has one writer process, so the actors return the documents and
-  the driver writes them (:class:`~opensearch_lsr.encoding.writers.LocalIndexWriter`) before the ledger line.
+  the driver writes them (:class:`~opensearch_lsr.local.engine.LocalIndexWriter`) before the ledger line.
 """
 from __future__ import annotations
 

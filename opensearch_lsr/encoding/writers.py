@@ -1,6 +1,7 @@
-"""Where encoded documents go: the local backend, NDJSON ``_bulk`` files, or OpenSearch.
+"""Where encoded documents go besides an engine: NDJSON ``_bulk`` files for offline loading.
 
-Every writer takes a list of bulk actions (``{"_id", "_source"}``) and returns one
+Each engine gives its own writer (:meth:`opensearch_lsr.engines.base.Engine.document_writer`: the local
+index, OpenSearch, Elasticsearch); every writer takes a list of bulk actions (``{"_id", "_source"}``) and returns one
 :class:`~opensearch_lsr.engines.base.BulkOutcome` per action; failed outcomes go to the
 dead-letter file. ``state()`` is what a checkpoint must remember to resume without duplicates, and
 ``restore(state)`` rewinds to it (NDJSON files are truncated back to the checkpointed size; index
@@ -11,53 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
-from ..engines.base import BulkOutcome
-from ..engines.bulk_retry import ClusterDocumentWriter
+from ..engines.base import BulkOutcome, DocumentWriter
 
-__all__ = ["DocumentWriter", "LocalIndexWriter", "NdjsonWriter"]
-
-
-class DocumentWriter(Protocol):
-    """What the index job needs from a backend."""
-
-    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]: ...
-
-    def state(self) -> dict[str, Any]: ...
-
-    def restore(self, state: dict[str, Any]) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class LocalIndexWriter:
-    """Writes into the embedded :class:`~opensearch_lsr.local.index.LocalIndex` (durable per call)."""
-
-    def __init__(self, path: str | os.PathLike, mappings: dict | None = None) -> None:
-        from ..local.index import LocalIndex
-
-        self.index = LocalIndex.create(path, mappings=mappings, exist_ok=True)
-
-    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
-        from ..engines.local import bulk_outcomes
-
-        return bulk_outcomes(actions, self.index.bulk(actions, refresh=False))
-
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        return None
-
-    def count(self) -> int:
-        self.index.refresh()
-        return self.index.count()
-
-    def close(self) -> None:
-        self.index.refresh()
+__all__ = ["DocumentWriter", "NdjsonWriter"]
 
 
 class NdjsonWriter:
@@ -134,10 +95,3 @@ class NdjsonWriter:
 
     def close(self) -> None:
         self._close_part()
-
-
-class OpenSearchWriter(ClusterDocumentWriter):
-    """Adapter: :class:`~opensearch_lsr.opensearch.bulk.OpenSearchBulkWriter` as a DocumentWriter."""
-
-
-__all__.append("OpenSearchWriter")

@@ -65,10 +65,11 @@ def local_pipeline_search(index: Any, pipeline: Mapping[str, Any]) -> PipelineSe
 def opensearch_pipeline_search(client: Any, index: str, pipeline: Mapping[str, Any],
                                name: str = "lsr-os-eval-hybrid") -> PipelineSearch:
     """Create (or replace) search pipeline ``name`` on the cluster, then search ``index`` through it."""
-    from ..opensearch.indices import put_search_pipeline
+    from ..engines import make_engine
 
-    put_search_pipeline(client, name, dict(pipeline))
-    return PipelineSearch(lambda body: client.search(index=index, body=body, params={"search_pipeline": name}))
+    engine = make_engine("opensearch", client)
+    ref = engine.put_search_pipeline(name, dict(pipeline))
+    return PipelineSearch(lambda body: engine.search(index, body, search_pipeline=ref))
 
 
 def _run(search: SearchFn, bodies: Mapping[str, dict | None]) -> dict[str, dict[str, float]]:
@@ -130,7 +131,7 @@ def evaluate_baseline(dataset: str | Any, out_dir: str, split: str = "dev", k: i
     from ..contract import DEFAULT_TEXT_FIELD as TEXT_FIELD
     from .datasets import BeirDataset, cap_corpus, load_beir
     from .report import write_report, write_trec_run
-    from ..local.index import LocalIndex
+    from ..engines import make_engine
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +142,7 @@ def evaluate_baseline(dataset: str | Any, out_dir: str, split: str = "dev", k: i
         split, dataset = dataset.split, dataset.name
     t0 = time.perf_counter()
     index_dir = out / "index-text"
-    index = LocalIndex.create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": DEFAULT_TEXT_ANALYZER}}},
+    index = make_engine("local").create(index_dir, {"properties": {TEXT_FIELD: {"type": "text", "analyzer": DEFAULT_TEXT_ANALYZER}}},
                               exist_ok=True)
     if index.count() != len(ds.corpus):
         ids = list(ds.corpus)

@@ -129,14 +129,17 @@ class SearchBackend(Protocol):
 
 
 class OpenSearchBackend:
-    """``search(body)`` against one index of an ``opensearch-py`` client."""
+    """``search(body)`` against one index of an ``opensearch-py`` client (the registry's OpenSearch engine)."""
 
     def __init__(self, client: Any, index: str):
+        from ..engines import make_engine
+
         self.client = client
+        self.engine = make_engine("opensearch", client)
         self.index = index
 
     def search(self, body: dict) -> dict:
-        return self.client.search(index=self.index, body=body)
+        return self.engine.search(self.index, body)
 
 
 def dicts_to_csr(rows: Sequence[Mapping[str, float]], vocab: dict[str, int] | None = None
@@ -158,12 +161,11 @@ def dicts_to_csr(rows: Sequence[Mapping[str, float]], vocab: dict[str, int] | No
 def index_local(index_path: Path, doc_ids: Sequence[str], texts: Sequence[str], model: str) -> Any:
     """A fresh local index of the documents, through the indexing path of ``lsr-os index``
     (:func:`~opensearch_lsr.encoding.indexing.index_records`); nori on the text field (``flat_mapping``'s default)."""
-    from ..encoding.documents import flat_mapping
     from ..encoding.encoder import SparseDocumentEncoder
     from ..encoding.indexing import index_records
-    from ..encoding.writers import LocalIndexWriter
+    from ..engines import make_engine
 
-    writer = LocalIndexWriter(index_path, flat_mapping(TEXT_FIELD, VECTOR_FIELD))
+    writer = make_engine("local").document_writer(str(index_path), text_field=TEXT_FIELD, sparse_field=VECTOR_FIELD)
     counts = index_records(zip(doc_ids, texts), SparseDocumentEncoder(model), writer)
     writer.close()
     if counts.failed:
@@ -261,9 +263,9 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     Returns the result dict (also ``out_dir/report.json``).
     """
     from ..encoding.keyed import SparseKeyedEncoder
-    from ..local.index import LocalIndex
+    from ..engines import make_engine
     from ..encoding.query_tokens import tokenize_query
-    from ..opensearch.query import neural_sparse_query, search_body
+    from ..engines.query_dsl import neural_sparse_query, search_body
     from .plots import plot_effectiveness_vs_flops
     from .report import write_report, write_trec_run
     from .retrieval import sparsity_stats
@@ -287,11 +289,12 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     t0 = time.perf_counter()
     if config.backend == "local":
         index_path = Path(config.index) if config.index else out / "index"
-        if LocalIndex.exists(index_path) and LocalIndex.open(index_path).count() > 0 and config.index:
-            index = LocalIndex.open(index_path)
+        local = make_engine("local")
+        if local.exists(index_path) and local.open(index_path).count() > 0 and config.index:
+            index = local.open(index_path)
             logger.info("using the filled local index %s (%d docs)", index_path, index.count())
         else:
-            if LocalIndex.exists(index_path):
+            if local.exists(index_path):
                 import shutil
 
                 shutil.rmtree(index_path)

@@ -40,7 +40,7 @@ def load_query_encoder(path: str) -> QueryEncoder:
                 idf = load_idf(p) if "idf.json" in names else None
                 tok = djl_tokenizer(tok)
                 return lambda text: tokenize_query(text, tok, idf)
-        from ..opensearch.conformance import MLCommonsRuntime
+        from ..engines.model_runtime import MLCommonsRuntime
 
         rt = MLCommonsRuntime.from_zip(str(p), function_name="SPARSE_ENCODING")
         return lambda text: rt.predict([text])[0]

@@ -52,13 +52,14 @@ from typing import Any, Literal
 
 from ..config import ArtifactConfig, sha256_file, write_json
 from ..contract import MAX_LENGTH, decode_keys, special_token_ids
-from ..errors import LsrError
+from ..engines.export_core import DEFAULT_VERIFY_TEXTS, ExportError, is_lexecho, resolve_encoder
 from ..pruning import parse_prune as parse_prune_spec
 from .trace import TORCH_113_MAX_FILE_FORMAT, trace_encoding_zip, write_zip
 
 __all__ = [
     "ExportConfig",
     "ExportError",
+    "DEFAULT_VERIFY_TEXTS",
     "export_bundle",
     "resolve_key_format",
     "resolve_query_idf",
@@ -77,18 +78,6 @@ KEY_FORMATS: tuple[str, ...] = ("auto", "word", "token_id")
 #: Decoders whose single-id decode rewrites tokens so that distinct ids can share one key
 #: (Metaspace ``▁hello`` -> ``hello``) or gain spaces (ByteLevel ``Ġhello`` -> `` hello``).
 COLLIDING_DECODERS: tuple[str, ...] = ("Metaspace", "ByteLevel")
-DEFAULT_VERIFY_TEXTS: tuple[str, ...] = (
-    "what is the capital of south korea",
-    "Seoul is the capital and largest city of South Korea.",
-    "대한민국의 수도는 서울이다.",
-    "서울은 한강을 따라 자리 잡은 대도시이며 인구는 약 천만 명이다.",
-    "OpenSearch neural sparse search with learned sparse retrieval (SPLADE).",
-    "12.5% of 3,000 km²; email: a.b@example.com — “quotes” & <tags>",
-)
-
-
-class ExportError(LsrError, ValueError):
-    """Bad export input (missing dir, not a sparse encoder, colliding keys...): one clear sentence."""
 
 
 @dataclasses.dataclass
@@ -235,54 +224,6 @@ def build_tokenizer_json(backend, max_length: int, pad_id: int, pad_token: str) 
 # --------------------------------------------------------------------------- model side
 
 
-def _resolve_encoder(model_dir: str, allow_milco: bool = False):
-    """Load the SparseEncoder and return (transformer module, pooling config, static IDF or None); with
-    ``allow_milco`` a MILCO model's ``LexEchoHead`` comes back in the pooling slot (the OpenSearch export)."""
-    from ..transfer.surgery import TransferInputError, load_sparse_encoder, resolve_model_path
-
-    path = resolve_model_path(str(model_dir))
-    if not os.path.isdir(path):
-        raise ExportError(f"model directory {str(model_dir)!r} does not exist")
-    if not (Path(path) / "config.json").exists() and not (Path(path) / "modules.json").exists():
-        raise ExportError(f"{str(model_dir)!r} is not a SparseEncoder directory (no modules.json or config.json)")
-    root_config = Path(path) / "config.json"
-    if root_config.exists() and not (Path(path) / "modules.json").exists():
-        try:
-            archs = json.loads(root_config.read_text(encoding="utf-8")).get("architectures") or []
-        except (OSError, json.JSONDecodeError) as err:
-            raise ExportError(f"{root_config} is not valid JSON: {err}") from err
-        if archs and not any(str(a).endswith("ForMaskedLM") for a in archs):
-            # loading it as fill-mask would silently attach a random MLM head
-            raise ExportError(f"{str(model_dir)!r} holds a {archs[0]}, not a masked-LM sparse encoder")
-    try:
-        encoder = load_sparse_encoder(path)
-    except TransferInputError as err:
-        raise ExportError(str(err)) from err
-    except Exception as err:  # noqa: BLE001 - translated into one sentence
-        raise ExportError(f"{str(model_dir)!r} could not be loaded as a SparseEncoder: {type(err).__name__}: {err}") from err
-    modules = list(encoder)
-    static_idf = None
-    if modules and hasattr(modules[0], "sub_modules"):  # Router: doc-only (inference-free) model
-        routes = modules[0].sub_modules
-        doc_key = next((k for k in ("document", "doc", "passage", "corpus") if k in routes), None)
-        if doc_key is None:
-            raise ExportError(f"Router model {str(model_dir)!r} has no document route (routes: {list(routes)})")
-        query_key = next((k for k in ("query", "queries") if k in routes), None)
-        if query_key is not None:
-            static_idf = next((m for m in routes[query_key] if hasattr(m, "weight") and hasattr(m, "tokenizer")), None)
-        modules = list(routes[doc_key])
-    transformer = next((m for m in modules if hasattr(m, "auto_model")), None)
-    pooling = next((m for m in modules if type(m).__name__ == "SpladePooling"), None)
-    if allow_milco and transformer is not None and pooling is None and _is_lexecho(modules[-1]):
-        return encoder, transformer, modules[-1], static_idf  # MILCO: the LexEcho head pools both views
-    if transformer is None or pooling is None:
-        names = [type(m).__name__ for m in modules]
-        raise ExportError(f"{str(model_dir)!r} is not an MLM + SpladePooling sparse encoder (modules: {names})")
-    if transformer.auto_model.get_output_embeddings() is None:
-        raise ExportError(f"{str(model_dir)!r} has no masked-LM head to export")
-    return encoder, transformer, pooling, static_idf
-
-
 def resolve_key_format(backend: Any, key_format: ExportKeyFormat) -> tuple[str, dict[str, Any]]:
     """``(word | token_id, collision report)``: ``auto`` takes ``token_id`` when WORD keys collide,
     ``word`` refuses such a tokenizer (one sentence naming the colliding ids)."""
@@ -377,10 +318,6 @@ def resolve_query_idf(model_dir: str | os.PathLike, transformer: Any, backend: A
 
         return idf_from_weights(backend, static_idf.weight), "router:SparseStaticEmbedding"
     return None, "none"
-
-
-def _is_lexecho(module: Any) -> bool:
-    return type(module).__name__ == "LexEchoHead"
 
 
 def _milco_key_format(head: Any, backend: Any, vocab_size: int, key_format: str) -> tuple[int, str, dict[str, Any]]:
@@ -486,14 +423,14 @@ def export_bundle(
     if idf_json and not os.path.isfile(idf_json):
         raise ExportError(f"idf.json {idf_json!r} does not exist")
     started = time.perf_counter()
-    encoder, transformer, pooling, static_idf = _resolve_encoder(str(model_dir), allow_milco=True)
+    encoder, transformer, pooling, static_idf = resolve_encoder(str(model_dir), allow_milco=True)
     hf_tok = transformer.tokenizer
     backend = getattr(hf_tok, "backend_tokenizer", None)
     if backend is None:
         raise ExportError(f"{str(model_dir)!r} has a slow tokenizer; ML Commons needs a fast one (tokenizer.json)")
     mlm = transformer.auto_model
     vocab_size = backend.get_vocab_size(with_added_tokens=True)
-    milco = _is_lexecho(pooling)
+    milco = is_lexecho(pooling)
     if milco:
         out_features, resolved_format, collisions = _milco_key_format(pooling, backend, vocab_size, key_format)
     else:

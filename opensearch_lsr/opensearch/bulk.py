@@ -29,11 +29,12 @@ import logging
 from typing import Any
 
 from ..engines.base import BulkOutcome
-from ..engines.bulk_retry import (BulkWriteError, RequestFailed, RetryingBulkWriter, int_status,
+from ..engines.bulk_retry import (BulkWriteError, ClusterDocumentWriter, RequestFailed, RetryingBulkWriter, int_status,
                                   is_retryable_status)
 from ..errors import LsrError
 
-__all__ = ["BulkOutcome", "BulkWriteError", "BulkTargetError", "OpenSearchBulkWriter", "is_retryable_status"]
+__all__ = ["BulkOutcome", "BulkWriteError", "BulkTargetError", "OpenSearchBulkWriter", "OpenSearchWriter",
+           "is_retryable_status"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +118,7 @@ class OpenSearchBulkWriter(RetryingBulkWriter):
             raise BulkTargetError(f"index {self.index} maps {field} as {prop.get('type', 'nothing')}, but these "
                                   f"documents need {want} ({key_format} keys): recreate it with {fix}, or pass the "
                                   f"field it has")
+
+
+class OpenSearchWriter(ClusterDocumentWriter):
+    """The index job's ``DocumentWriter`` over an :class:`OpenSearchBulkWriter`."""

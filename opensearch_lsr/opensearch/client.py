@@ -16,6 +16,7 @@ import re
 from typing import Any, Callable, Literal
 from urllib.parse import urlparse
 
+from ..engines.versions import parse_version
 from ..errors import LsrError
 
 __all__ = [
@@ -91,14 +92,6 @@ def _quiet_transport_logging() -> None:
     log = logging.getLogger("opensearch")
     if not any(isinstance(f, _QuietTransportLog) for f in log.filters):
         log.addFilter(_QuietTransportLog())
-
-
-def parse_version(text: str, product: str = "OpenSearch") -> tuple[int, int, int]:
-    """``"3.3.0-SNAPSHOT"`` -> ``(3, 3, 0)`` (``product`` names the engine in the error)."""
-    match = re.match(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?", str(text))
-    if not match:
-        raise ValueError(f"not an {product} version number: {text!r}")
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Index and pipeline set-up from the JSON templates in ``mappings/`` and ``pipelines/``.
 
 The templates are the single source of truth (also usable with curl, see their READMEs); this module
-renders their ``{{placeholders}}``, adapts them to the cluster's version and plugins
+renders their ``{{placeholders}}`` (:mod:`opensearch_lsr.engines.templates`, shared with Elasticsearch), adapts them to the cluster's version and plugins
 (``ClusterFeatures``, contract 4.4) and sends them:
 
 - ``rank_features`` index with a default ingest pipeline and a Korean text field analysed by ``nori``
@@ -16,19 +16,13 @@ renders their ``{{placeholders}}``, adapts them to the cluster's version and plu
 """
 from __future__ import annotations
 
-import copy
-import json
-from dataclasses import dataclass
 import logging
-import os
-import re
-import sys
-from pathlib import Path
 from typing import Any, Literal
 
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
+from ..engines.base import VectorField
+from ..engines.templates import IndexSetupError, load_template, render, templates_root
 from .client import ClusterFeatures
-from ..errors import LsrError
 
 __all__ = [
     "IndexSetupError",
@@ -72,83 +66,6 @@ LongText = Literal["truncate", "split"]
 _TWO_PHASE_BASE_SIZE = 10
 #: neural-search RRFNormalizationTechnique.RANK_CONSTANT_RANGE
 _RANK_CONSTANT_RANGE = (1, 10000)
-_PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
-
-
-class IndexSetupError(LsrError, ValueError):
-    """Bad index/pipeline options or a feature the cluster does not have (one clear sentence)."""
-
-
-#: a source checkout keeps the templates at the repository root (the design card's layout)
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def templates_root() -> Path:
-    """Folder holding ``mappings/`` and ``pipelines/``.
-
-    ``$LSR_TEMPLATES_DIR`` when set; else the repository root of a source checkout; else
-    ``<prefix>/share/opensearch-lsr``, where a wheel install puts them (setup.cfg ``data_files``).
-    """
-    env = os.environ.get("LSR_TEMPLATES_DIR")
-    candidates = [Path(env)] if env else [_REPO_ROOT, Path(sys.prefix) / "share" / "opensearch-lsr"]
-    for root in candidates:
-        if (root / "mappings").is_dir() and (root / "pipelines").is_dir():
-            return root
-    raise IndexSetupError("template folders mappings/ and pipelines/ not found under "
-                          f"{' or '.join(map(str, candidates))} (set LSR_TEMPLATES_DIR)")
-
-
-def load_template(kind: Literal["mappings", "pipelines"], name: str) -> dict[str, Any]:
-    """Parse ``<root>/<kind>/<name>.json``."""
-    path = templates_root() / kind / f"{name}.json"
-    if not path.is_file():
-        available = sorted(p.stem for p in (templates_root() / kind).glob("*.json"))
-        raise IndexSetupError(f"no template {kind}/{name}.json; available: {', '.join(available)}")
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def render(template: Any, values: dict[str, Any]) -> Any:
-    """Replace ``{{name}}`` in keys and string values.
-
-    A string that is exactly one placeholder takes the value's type (numbers, objects); a value of
-    ``None`` removes that key (or list item). Unknown placeholders raise :class:`IndexSetupError`.
-    """
-    _drop = object()
-
-    def sub_str(text: str) -> Any:
-        whole = _PLACEHOLDER.fullmatch(text)
-        if whole:
-            name = whole.group(1)
-            if name not in values:
-                raise IndexSetupError(f"template placeholder {{{{{name}}}}} has no value")
-            return _drop if values[name] is None else copy.deepcopy(values[name])
-
-        def repl(match: re.Match) -> str:
-            name = match.group(1)
-            if name not in values or values[name] is None:
-                raise IndexSetupError(f"template placeholder {{{{{name}}}}} has no value")
-            return str(values[name])
-
-        return _PLACEHOLDER.sub(repl, text)
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            out = {}
-            for key, value in node.items():
-                new_key = sub_str(key) if isinstance(key, str) else key
-                new_value = walk(value)
-                if new_key is _drop or new_value is _drop:
-                    continue
-                out[str(new_key)] = new_value
-            return out
-        if isinstance(node, list):
-            return [v for v in (walk(x) for x in node) if v is not _drop]
-        if isinstance(node, str):
-            return sub_str(node)
-        return node
-
-    return walk(template)
 
 
 def validate_prune(prune_type: str | None, prune_ratio: float | None) -> tuple[str, float | None]:
@@ -419,26 +336,6 @@ def attach_search_pipeline(client, index: str, pipeline_id: str) -> None:
 # ----------------------------------------------------------------------------------------------
 # reading an index back: its sparse field, its search pipeline
 # ----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class VectorField:
-    """A sparse field of an index, as a query must address it.
-
-    Attributes:
-        name: the field to put in ``neural_sparse`` (``<nested>.sparse_encoding`` for split documents).
-        kind: ``rank_features`` or ``sparse_vector``.
-        nested_path: the ``nested`` field the vectors sit under, or ``None``.
-    """
-
-    name: str
-    kind: IndexKind
-    nested_path: str | None = None
-
-    @property
-    def key_format(self) -> Literal["word", "token_id"]:
-        """``token_id`` keys for ``sparse_vector`` (its mapper takes integer ids only), else ``word``."""
-        return "token_id" if self.kind == "sparse_vector" else "word"
-
 
 def _sparse_fields_of(properties: dict[str, Any], prefix: str = "", nested: str | None = None) -> list[VectorField]:
     out: list[VectorField] = []

@@ -12,7 +12,7 @@ def test_cluster_down_stops_the_job_resumably(tmp_path, fake_bulk, tiny_source_d
 
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
     from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
-    from opensearch_lsr.encoding.writers import OpenSearchWriter
+    from opensearch_lsr.opensearch.bulk import OpenSearchWriter
     from opensearch_lsr.opensearch.client import make_client
 
     corpus = tmp_path / "c.jsonl"

@@ -32,7 +32,7 @@ def _match(search) -> list[str]:
 
 
 def test_local_engine_index_answers_match_with_nori(tmp_path):
-    from opensearch_lsr.engines.local import LocalEngine
+    from opensearch_lsr.local.engine import LocalEngine
 
     engine = LocalEngine(tmp_path)
     engine.create_index("idx")

@@ -1,4 +1,7 @@
-"""`lsr-os export`, `deploy-model`, `create-index`, `create-pipeline`: ship a model and set up an index."""
+"""OpenSearch's own commands: `lsr-os export` (the ML Commons bundle), `deploy-model`, `create-index`,
+`create-pipeline`: ship a model and set up an index on a cluster. (Elasticsearch adds its variants in
+:mod:`.elasticsearch`; the engine-neutral commands `index`, `search`, `eval` reach engines through the registry.)
+"""
 from __future__ import annotations
 
 import click

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from opensearch_lsr.opensearch import indices
-from opensearch_lsr.opensearch.indices import IndexSetupError, load_template, templates_root
+from opensearch_lsr.engines import templates as indices
+from opensearch_lsr.engines.templates import IndexSetupError, load_template, templates_root
 
 
 def test_checkout_root_by_default(monkeypatch):
