@@ -1,4 +1,4 @@
-"""Real model architectures through the whole chain (issue 16 part 2).
+"""Real model architectures through the whole chain.
 
 Fast (default suite): every architecture of ``benchmarks/arch_models.py`` at reduced width with its
 REAL vocabulary (BERT 30,522, XLM-R 250,002, ModernBERT 50,368 rows) goes through SemBridge and VT

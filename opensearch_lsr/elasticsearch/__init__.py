@@ -1,4 +1,4 @@
-"""Elasticsearch 8.15+ / 9.x: text_expansion export, deploy, sparse_vector index and query (issue 14)."""
+"""Elasticsearch 8.15+ / 9.x: text_expansion export, deploy, sparse_vector index and query."""
 from __future__ import annotations
 
 __all__: list[str] = []

@@ -128,7 +128,7 @@ class SparseKeyedEncoder:
         return encode_to_csr(self.model, list(texts), kind, batch_size, show_progress_bar)
 
     def _fast_document_encoder(self, batch_size: int):
-        """H-encode's ``SparseDocumentEncoder`` (same numbers as the exported model, much faster on
+        """The document encoder's ``SparseDocumentEncoder`` (same numbers as the exported model, much faster on
         CPU) for the document side; ``None`` when it cannot load this model (then sentence-transformers)."""
         if self._doc_encoder is None:
             try:

@@ -1,4 +1,4 @@
-"""Cross-lingual evaluation settings built from parallel BEIR copies (issue 15).
+"""Cross-lingual evaluation settings built from parallel BEIR copies.
 
 Two BEIR directories hold the same queries (same query ids, same splits) in two languages and the
 corpus each query is judged on, numbered per copy (``msmarco-ko``: ``ko-dN``, ``msmarco-en``:
@@ -241,7 +241,7 @@ def crosslingual_dataset(dataset: str | Path, split: str = "dev", query_language
 def setting_dataset(setting: str, ko_dir: str | Path, en_dir: str | Path | None = None, split: str = "dev",
                     mixed_query_language: Literal["ko", "en"] = "ko",
                     repair: Sequence[str] = DEFAULT_REPAIR) -> BeirDataset:
-    """One of the four settings of issue 15 from the Korean copy (``en_dir``: default its ``-en`` sibling)."""
+    """One of the four cross-lingual settings from the Korean copy (``en_dir``: default its ``-en`` sibling)."""
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {', '.join(get_args(Setting))}, got {setting!r}")
     q_lang, c_lang = SETTINGS[setting]

@@ -304,7 +304,7 @@ class QueryEvaluator:
         match, score = self.view.score_terms(field, cols, ws)  # stored 9-bit doc weights
         return match, score * boost
 
-    # sparse_vector (Elasticsearch's query, H-es / issue 14) ---------------------------------------
+    # sparse_vector (Elasticsearch's query) ---------------------------------------
     def query_sparse_vector(self, spec: Any, scoring: bool) -> Clause:
         """Elasticsearch's ``sparse_vector`` query (``SparseVectorQueryBuilder``) on a vector field:
         ``query_vector`` scores like ``query_tokens``, ``inference_id`` + ``query`` like ``model_id`` +

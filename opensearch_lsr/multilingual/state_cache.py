@@ -1,4 +1,4 @@
-"""Token-state cache of a frozen MILCO encoder (Nguyen et al. 2025, arXiv 2510.00671; issue 15).
+"""Token-state cache of a frozen MILCO encoder (Nguyen et al. 2025, arXiv 2510.00671).
 
 MILCO trained with a frozen multilingual encoder (SAP ``--train connector``, ``lsr-os train --freeze-encoder
 all``) only moves the connector + LexEcho head, yet every step and every evaluation re-ran the 12 encoder

@@ -56,7 +56,7 @@ def _torch_module_class():
             # so that it lives on the input's device. Handing transformers the 2-D mask instead makes its
             # mask utilities record torch.device("cpu") constants (aten::arange/zeros/to in
             # masking_utils), which pin the traced graph to CPU: DJL warms the model up on every device
-            # of an ML node and a GPU node would fail to deploy it (issue 13 item 7). Same outputs.
+            # of an ML node and a GPU node would fail to deploy it. Same outputs.
             extended = (1.0 - attention_mask[:, None, None, :].to(torch.float32)) * torch.finfo(torch.float32).min
             logits = self.mlm(input_ids=input_ids, attention_mask=extended, return_dict=False)[0]
             mask = attention_mask.unsqueeze(-1).to(logits.dtype)
@@ -110,7 +110,7 @@ def _torchscript_facts(pt_path: Path, traced) -> dict[str, Any]:
         file_version = int(zf.read(version_entry).decode().strip()) if version_entry else None
     ops = sorted({node.kind() for node in traced.inlined_graph.nodes()})
     # device constants recorded by the trace (transformers' mask construction records torch.device("cpu")):
-    # such a graph runs on that device only, whatever device DJL moves the inputs to (issue 13 item 7)
+    # such a graph runs on that device only, whatever device DJL moves the inputs to
     devices = sorted({str(node.output().toIValue()) for node in traced.inlined_graph.nodes()
                       if node.kind() == "prim::Constant" and node.output().type().kind() == "DeviceObjType"})
     return {"file_format_version": file_version, "ops": ops, "devices": devices}

@@ -1,4 +1,4 @@
-"""Local backend scores equal those of the OpenSearch test double (H-cluster's, tests/opensearch/double)
+"""Local backend scores equal those of the OpenSearch test double (tests/opensearch/double)
 on the same documents and query bodies: same hits, same order, same scores."""
 from __future__ import annotations
 

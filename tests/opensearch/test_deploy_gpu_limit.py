@@ -1,4 +1,4 @@
-"""GPU ML nodes (issue 13 item 7): the exported graph holds no device constant.
+"""GPU ML nodes: the exported graph holds no device constant.
 
 DJL loads one predictor per device of an ML node and warms each up (ml-commons ``DLModel``), so a
 TorchScript graph with ``torch.device("cpu")`` constants (what transformers' mask utilities record

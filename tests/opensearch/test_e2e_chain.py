@@ -1,4 +1,4 @@
-"""The default command chain on one cluster with no field flags (issue 13 items 3, 4, 6):
+"""The default command chain on one cluster with no field flags:
 create-index -> index --backend opensearch -> search --backend opensearch, for rank_features,
 sparse_vector (token-id documents, --mode tokens) and --long-text split (nested) indices.
 

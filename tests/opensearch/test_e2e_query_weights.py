@@ -1,4 +1,4 @@
-"""Query weights OpenSearch accepts (issue 13 item 8): idf.json keeps every token, stays in (0, 64];
+"""Query weights OpenSearch accepts : idf.json keeps every token, stays in (0, 64];
 client-side query weights above 64 (sum pooling) are clipped instead of drawing an HTTP 400."""
 from __future__ import annotations
 

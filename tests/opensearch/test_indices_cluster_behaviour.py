@@ -1,6 +1,6 @@
-"""Index/search behaviour a real cluster has and the double now shares (issue 13 items 4, 5, 6, 9).
+"""Index/search behaviour a real cluster has and the double shares.
 
-Each test names the upstream source the behaviour comes from; most fail on the code before issue 13.
+Each test names the upstream source the behaviour comes from; each pins one behaviour the toolkit relies on.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""tokenize_query equals ML Commons SPARSE_TOKENIZE (via H-export's conformance runtime); DSL builder."""
+"""tokenize_query equals ML Commons SPARSE_TOKENIZE (via the ML Commons model runtime); DSL builder."""
 from __future__ import annotations
 
 import json

@@ -40,7 +40,7 @@ _RUNTIME_LOCK = threading.Lock()
 
 
 def default_model_loader(zip_path: Path, function_name: str):
-    """Load a deployed zip with H-export's conformance runtime (cached per content hash)."""
+    """Load a deployed zip with the ML Commons model runtime (``engines.model_runtime``) (cached per content hash)."""
     from opensearch_lsr.opensearch.conformance import MLCommonsRuntime
 
     digest = hashlib.sha256(Path(zip_path).read_bytes()).hexdigest()

@@ -8,7 +8,7 @@ Emulated (contract section in brackets): ``GET /`` version [4.4], ``_cat/plugins
 and the ML Commons settings gates [1.2], model groups [1.3], ``_register_meta`` + raw chunks on new and
 deprecated paths [1.4], deploy with the sha256 check and the memory breaker, tasks
 CREATED->RUNNING->COMPLETED|FAILED [1.6], ``_predict`` response shapes [1.7], models executed through
-H-export's ``MLCommonsRuntime`` (the conformance runtime that runs a zip the way ML Commons does),
+``MLCommonsRuntime`` (the conformance runtime that runs a zip the way ML Commons does),
 index create with mappings/analyzers, ``sparse_encoding`` ingest pipelines with prune validation [4.1],
 ``_bulk`` with per-item errors, ``rank_features`` 9-bit storage and ``neural_sparse`` scoring [4.2],
 ``sparse_vector`` + ``index.sparse`` [4.3], search pipelines (two-phase: applicability, window and
@@ -16,7 +16,7 @@ SEISMIC checks, full-query scores; hybrid normalization/RRF are computed).
 Fault injection: arbitrary status codes per path, task FAILED, chunk corruption (hash mismatch),
 breaker open, per-item bulk rejections.
 
-What issue 13 corrected and every remaining known deviation from a real cluster:
+Every known deviation from a real cluster:
 ``docs/opensearch-double-deviations.md``.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Validate request bodies against the vendored OpenSearch OpenAPI spec, with only the documented deviations.
 
 The 2.8 MB YAML takes ~5 s to parse, so it is parsed once and cached as a pickle keyed by the file's
-sha256 (in ``opensearch_lsr.resources.cache_dir()``); later sessions load it in ~0.1 s.
+sha256 (in ``opensearch_lsr.resources.cache_dir()``); later runs load it in ~0.1 s.
 
 Deviations (``opensearch-contract.md`` sections 7, 2.4 and 6.12; the server code wins over the spec):
 each is a named rewrite of the body that removes exactly the construct the spec does not describe,
@@ -72,7 +72,7 @@ class SpecValidator:
 
     @classmethod
     def shared(cls, path: str | Path | None = None) -> "SpecValidator":
-        """One validator per spec file per process (the spec is parsed once per session)."""
+        """One validator per spec file per process (the spec is parsed once per test run)."""
         path = Path(path) if path else default_spec_path()
         if path is None:
             raise FileNotFoundError("the vendored OpenSearch API spec (../shared/spec/opensearch-openapi.yaml) is missing")

@@ -1,11 +1,10 @@
-"""Issue 13 on a real cluster (marker ``opensearch``; ``docker compose up`` then ``pytest -m opensearch``).
-
-Each test checks against the server what the double was corrected to do:
-1. model documents carry the function name in ``algorithm`` (deploy-model is idempotent);
-3. create-index -> index -> search -> eval work with no field flags;
-4. sparse_vector (3.3+): token-id documents are found by ``search --mode tokens``; word keys without
+"""Cluster behaviour the test double follows, checked on a real cluster (marker ``opensearch``; ``docker compose
+up`` then ``pytest -m opensearch``):
+- model documents carry the function name in ``algorithm`` (deploy-model is idempotent);
+- create-index -> index -> search -> eval work with no field flags;
+- sparse_vector (3.3+): token-id documents are found by ``search --mode tokens``; word keys without
    method_parameters give zero hits on 3.3 (not a 400); ``method_parameters.k`` caps the hits;
-6. bulk of precomputed vectors bypasses a default ingest pipeline; a missing index is refused before
+- bulk of precomputed vectors bypasses a default ingest pipeline; a missing index is refused before
    loading; ``--long-text split`` documents index into the nested mapping and are found.
 """
 from __future__ import annotations
@@ -71,7 +70,7 @@ def _corpus(tmp_path, long: bool = False):
     return path
 
 
-def test_item1_model_documents_use_algorithm_and_deploy_is_idempotent(real_client, tmp_path):
+def test_model_documents_use_algorithm_and_deploy_is_idempotent(real_client, tmp_path):
     from opensearch_lsr.opensearch.artifacts import export_bundle
     from opensearch_lsr.opensearch.mlcommons import DeployConfig, deploy_bundle
 
@@ -95,7 +94,7 @@ def test_item1_model_documents_use_algorithm_and_deploy_is_idempotent(real_clien
     assert doc.get("algorithm") == "SPARSE_ENCODING"
 
 
-def test_item3_default_chain_needs_no_field_flags(real_client, tmp_path, names):
+def test_default_chain_needs_no_field_flags(real_client, tmp_path, names):
     index = names("chain")
     _cli("create-index", index)
     out = json.loads(_cli("index", "--corpus", _corpus(tmp_path), "--model", "splade-tiny", "--backend", "opensearch",
@@ -116,7 +115,7 @@ def test_item3_default_chain_needs_no_field_flags(real_client, tmp_path, names):
     assert report["metrics"]["mrr@10"] == pytest.approx(1.0)
 
 
-def test_item4_sparse_vector_token_ids(real_client, tmp_path, names):
+def test_sparse_vector_token_ids(real_client, tmp_path, names):
     from opensearchpy.exceptions import RequestError
 
     from opensearch_lsr.opensearch.client import detect_features
@@ -142,7 +141,7 @@ def test_item4_sparse_vector_token_ids(real_client, tmp_path, names):
     assert len(real_client.search(index=index, body=ids)["hits"]["hits"]) <= 1
 
 
-def test_item6_bulk_bypasses_the_default_pipeline_and_checks_the_target(real_client, tmp_path, names):
+def test_bulk_bypasses_the_default_pipeline_and_checks_the_target(real_client, tmp_path, names):
     from opensearch_lsr.opensearch import indices as ix
     from opensearch_lsr.opensearch.artifacts import export_bundle
     from opensearch_lsr.opensearch.bulk import BulkTargetError, OpenSearchBulkWriter
