@@ -1,4 +1,4 @@
-"""Architecture matrix (issue 16 part 2): every toolkit step on randomly initialised models of REAL size.
+"""Architecture matrix: every toolkit step on randomly initialised models of REAL size.
 
 Rows: the architectures of ``benchmarks/arch_models.py`` (BERT-base tied/untied, DistilBERT-base,
 XLM-R base with its 250,002 vocabulary, ModernBERT-base). Columns (steps, in order):
@@ -28,10 +28,8 @@ piece has used its time (the shared-lock rule: at most ~15 min per job).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -39,10 +37,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by file (tests/test_real_sizes.py)
 
 from arch_models import ARCHS, build_source  # noqa: E402
+from harness import ROOT, describe, recorded_in, run_info, set_threads, time_call, write_json  # noqa: E402
 
 __all__ = ["STEPS", "cell_command", "run_cell", "render"]
 
@@ -120,9 +118,7 @@ def cell_command(arch: str, step: str, url: str | None = None) -> list[str]:
 
 
 def _step_build(arch: str) -> dict:
-    import torch
-
-    torch.set_num_threads(THREADS)
+    set_threads(THREADS)
     src = build_source(arch, paths(arch)["source"], SCALE, cache=ROOT / "runs" / "arch")
     from transformers import AutoConfig
 
@@ -232,12 +228,10 @@ def _build_static_bridge() -> str:
 
 
 def _step_conformance(arch: str) -> dict:
-    import torch
-
     from opensearch_lsr.opensearch.artifacts import DEFAULT_VERIFY_TEXTS
     from opensearch_lsr.opensearch.conformance import verify_bundle
 
-    torch.set_num_threads(THREADS)
+    set_threads(THREADS)
     p = paths(arch)
     report = verify_bundle(p["bundle"], p["sembridge"], list(DEFAULT_VERIFY_TEXTS))
     if not report["passed"]:
@@ -282,6 +276,7 @@ def run_cell(arch: str, step: str, url: str | None = None, code_dir: Path | None
     import psutil
 
     cmd = cell_command(arch, step, url)
+    info = run_info()
     pythonpath = ([str(code_dir)] if code_dir else []) + [str(ROOT / "benchmarks")]
     env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(pythonpath)}
@@ -291,28 +286,32 @@ def run_cell(arch: str, step: str, url: str | None = None, code_dir: Path | None
     env["ARCH_FACTS_FILE"] = str(result_file)
     if budget_s is not None:
         env["ARCH_STEP_BUDGET_S"] = str(max(0.0, budget_s))
-    t0 = time.perf_counter()
-    # `python -m` puts the working directory first on sys.path: run from code_dir so its package wins
-    proc = subprocess.Popen(cmd, env=env, cwd=str(code_dir or ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    ps = psutil.Process(proc.pid)
     peak_tree = [0]
     done = threading.Event()
 
-    def sample() -> None:
-        while not done.is_set():
-            peak_tree[0] = max(peak_tree[0], _tree_rss(ps))
-            done.wait(0.05)
+    def cell() -> tuple[str, int, object]:
+        # `python -m` puts the working directory first on sys.path: run from code_dir so its package wins
+        proc = subprocess.Popen(cmd, env=env, cwd=str(code_dir or ROOT), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        ps = psutil.Process(proc.pid)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    output = proc.stdout.read()
-    # wait4: the rusage of THIS child (and what it waited for), not of every child so far
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = rc = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - t0
-    done.set()
-    sampler.join()
+        def sample() -> None:
+            while not done.is_set():
+                peak_tree[0] = max(peak_tree[0], _tree_rss(ps))
+                done.wait(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        output = proc.stdout.read()
+        # wait4: the rusage of THIS child (and what it waited for), not of every child so far
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        done.set()
+        sampler.join()
+        return output, proc.returncode, usage
+
+    timed = time_call(cell)
+    (output, rc, usage), wall = timed.result, timed.best
     maxrss_kb = usage.ru_maxrss
     facts = json.loads(result_file.read_text()) if result_file.exists() else {}
     if step in ("sembridge", "vt") and rc == 0:
@@ -332,19 +331,10 @@ def run_cell(arch: str, step: str, url: str | None = None, code_dir: Path | None
         "arch": arch, "step": step, "passed": rc == 0, "rc": rc, "wall_s": round(wall, 2),
         "peak_rss_mb": round(maxrss_kb / 1024, 1), "peak_tree_rss_mb": round(peak_tree[0] / 2**20, 1),
         "command": shlex.join(shown), "facts": facts, "tag": tag, "code": str(code_dir or "working tree"), "output_tail": output[-3000:] if rc else output[-600:],
-        "date": dt.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
+        "date": info["date"], "commit": info["commit"], "machine": describe(info["machine"]),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{arch}__{step}{'__' + tag if tag else ''}.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    write_json(RESULTS / f"{arch}__{step}{'__' + tag if tag else ''}.json", record)
     return record
-
-
-def machine() -> str:
-    import psutil
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    return (f"{os.cpu_count()} cores ({cpu}), {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
-            f"{platform.system()}, Python {platform.python_version()}")
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -428,7 +418,12 @@ def render() -> Path:
             tagged.append(rec)
         else:
             cells[(rec["arch"], rec["step"])] = rec
+    commits = sorted({r["commit"] for r in [*cells.values(), *tagged] if r.get("commit")})
+    unstamped = any(not r.get("commit") for r in [*cells.values(), *tagged])
     lines = ["# Architecture matrix: every step at real model size", "",
+             "Commits of the cells: " + (", ".join(f"`{c}`" for c in commits) or "none stamped")
+             + (f"; cells without a stamp were recorded in {recorded_in(RESULTS)}" if unstamped else "")
+             + ". Each cell's command and time stamp are in its row.", "",
              "Randomly initialised masked LMs with the published configurations (`benchmarks/arch_models.py`): "
              "BERT-base 12x768 / 30,522 uncased vocab (tied, and untied), DistilBERT-base 6x768, XLM-R base "
              "12x768 / 250,002 vocab, ModernBERT-base 22x768 / 50,368 rows (byte-level BPE stand-in tokenizer "
@@ -490,7 +485,7 @@ def render() -> Path:
               "one single-thread job (load average ~3), so their wall times are upper bounds; peak memory is "
               "unaffected). Each cell's date is in its row."]
     MARKDOWN.parent.mkdir(parents=True, exist_ok=True)
-    MARKDOWN.write_text("\n".join(lines) + "\n")
+    MARKDOWN.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return MARKDOWN
 
 

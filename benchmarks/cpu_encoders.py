@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -56,7 +55,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, corpus_texts, load_dataset, run_info, set_threads, time_call, write_json
+
 DATA = Path("/work/shared/data/msmarco-ko")
 OURS = ("ours-torch", "ours-onnx", "ours-onnx-int8", "ours-openvino")
 ST_MAIN = ("st-torch",)
@@ -72,28 +72,17 @@ HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.
 
 
 # ---------------------------------------------------------------------------------------------- data
-def _doc_text(row: dict) -> str:
-    title, text = (row.get("title") or "").strip(), (row.get("text") or "").strip()
-    return f"{title} {text}".strip() if title else text
-
-
 def select_passages(n: int, judged_share: float = 0.5) -> tuple[list[str], list[str], list[str]]:
     """``n`` passages (ids, texts): the judged passages of the first dev queries (up to
     ``judged_share * n``), then corpus passages in file order; plus 300 calibration passages not among them."""
+    ds = load_dataset(DATA, "dev")
     judged: list[str] = []
-    with open(DATA / "qrels" / "dev.tsv", encoding="utf-8") as fh:
-        next(fh)
-        for line in fh:
-            _, did, rel = line.rstrip("\n").split("\t")
-            if int(rel) > 0 and did not in judged and len(judged) < int(n * judged_share):
+    for rels in ds.qrels.values():  # qrels/dev.tsv order
+        for did, rel in rels.items():
+            if rel > 0 and did not in judged and len(judged) < int(n * judged_share):
                 judged.append(did)
-    rows: dict[str, str] = {}
-    order: list[str] = []
-    with open(DATA / "corpus.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            rows[row["_id"]] = _doc_text(row)
-            order.append(row["_id"])
+    order, rows = corpus_texts(ds)
+    rows = dict(zip(order, rows))
     chosen = list(judged)
     taken = set(chosen)
     for did in order:
@@ -165,7 +154,7 @@ def worker(args) -> None:
     """Encode ``--texts-file`` with one variant; write ``<out>.npz`` (vectors) and ``<out>.json`` (timing)."""
     import torch
 
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     texts = json.loads(Path(args.texts_file).read_text(encoding="utf-8"))
     info: dict = {"variant": args.variant, "threads": args.threads, "docs": len(texts), "python": sys.executable}
     t0 = time.perf_counter()
@@ -202,19 +191,20 @@ def worker(args) -> None:
     encode(texts[:args.batch_size])  # warm-up (ONNX Runtime / OpenVINO compile on first shapes)
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
-    walls, cpus = [], []
-    for _ in range(args.repeats):  # the median pass: a short run on a shared VM moves +-10 % from run to run
-        w, c = time.perf_counter(), time.process_time()
-        ids_list, w_list = encode(texts)
+    def one_pass():
+        out = encode(texts)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        walls.append(time.perf_counter() - w)
-        cpus.append(time.process_time() - c)
-    info["wall_s"], info["cpu_s"] = float(np.median(walls)), float(np.median(cpus))
-    info["wall_each_s"] = [round(x, 3) for x in walls]
+        return out
+
+    # the median pass: a short run on a shared VM moves +-10 % from run to run
+    timed = time_call(one_pass, repeats=args.repeats)
+    ids_list, w_list = timed.result
+    info["wall_s"], info["cpu_s"] = timed.median, float(np.median(timed.cpu_runs))
+    info["wall_each_s"] = [round(x, 3) for x in timed.runs]
     info["docs_per_s"] = len(texts) / info["wall_s"]
     _save_vectors(Path(args.out + ".npz"), ids_list, w_list)
-    Path(args.out + ".json").write_text(json.dumps(info, indent=1))
+    write_json(args.out + ".json", info)
 
 
 def _flops_per_token(config) -> float:
@@ -299,17 +289,11 @@ def _pooling(model_dir: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- orchestration
-def _machine() -> dict:
-    def sh(cmd):
-        try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=20).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    flags = sh("grep -m1 -o -w -E 'avx512_vnni|avx512_bf16|amx_tile' /proc/cpuinfo | sort -u | tr '\\n' ' '")
-    return {"nproc": sh("nproc"), "cpu": sh("lscpu | sed -n 's/^Model name: *//p' | head -1"),
-            "ram": sh("free -g | awk '/Mem:/{print $2\" GiB\"}'"), "cpu_flags": flags, "python": platform.python_version(),
-            "loadavg_start": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M %Z")}
+def _machine(info: dict) -> dict:
+    """The run's machine (``harness.machine``) with the keys the tables of older result files use too."""
+    m = info["machine"]
+    return {**m, "nproc": m["cores"], "ram": f"{m['ram_gib']} GiB", "cpu_flags": " ".join(m["cpu_flags"]),
+            "loadavg_start": m["loadavg"], "date": info["date"], "commit": info["commit"]}
 
 
 def _versions(python: str) -> dict:
@@ -417,15 +401,16 @@ def run(args) -> None:
     work.mkdir(parents=True, exist_ok=True)
     doc_ids, texts, calib = select_passages(args.texts)
     texts_file = work / "texts.json"
-    texts_file.write_text(json.dumps(texts, ensure_ascii=False))
-    (work / "calibration.json").write_text(json.dumps(calib, ensure_ascii=False))
+    write_json(texts_file, texts)
+    write_json(work / "calibration.json", calib)
     on_gpu = args.device.startswith("cuda")
     variants = list(args.variants or (GPU_VARIANTS if on_gpu else OURS + ST_MAIN + ST_SIDE))
     side = [v for v in variants if v in ST_SIDE]
-    result: dict = {"command": " ".join([Path(sys.executable).name] + sys.argv), "model": args.model,
+    info = run_info()
+    result: dict = {"command": info["command"], "model": args.model,
                     "model_path": model, "name": name, "docs": len(texts), "batch_size": args.batch_size,
                     "repeats": args.repeats,
-                    "device": args.device, "machine": _machine(), "versions": _versions(sys.executable),
+                    "device": args.device, "machine": _machine(info), "versions": _versions(sys.executable),
                     "rows": [], "st_export": {}, "work": str(work)}
     st_dir = work / "st"
     if side:
@@ -464,11 +449,10 @@ def run(args) -> None:
             info = _run_worker(python, v, mdir, texts_file, threads, work / f"{v}_t{threads}", args)
             info["loadavg_after"] = os.getloadavg()[0]
             result["rows"].append(info)
-            Path(args.out).write_text(json.dumps(result, indent=1))
+            write_json(args.out, result)
     _score(result, work, doc_ids)
     result["machine"]["loadavg_end"] = os.getloadavg()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    write_json(args.out, result)
 
 
 def _row_file(result: dict, row: dict) -> str:
@@ -479,7 +463,6 @@ def _score(result: dict, work: Path, doc_ids: list[str]) -> None:
     """Docs/s ratios, output differences and MRR@10 against ``ours-torch`` at the same thread count."""
     sys.path.insert(0, str(ROOT))
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-    from opensearch_lsr.evaluation.datasets import load_beir
 
     base = {r["threads"]: r for r in result["rows"] if r["variant"] == "ours-torch" and "error" not in r}
     if not base:
@@ -487,7 +470,7 @@ def _score(result: dict, work: Path, doc_ids: list[str]) -> None:
     ref_info = next(iter(base.values()))
     special = set(ref_info["special_ids"])
     ref = _load_vectors(work / f"ours-torch_t{ref_info['threads']}.npz")
-    ds = load_beir(DATA, "dev")
+    ds = load_dataset(DATA, "dev")
     kept = set(doc_ids)
     qids = [q for q in ds.queries if any(d in kept and r > 0 for d, r in ds.qrels.get(q, {}).items())]
     qrels = {q: ds.qrels[q] for q in qids}
@@ -517,7 +500,7 @@ def markdown(paths: list[str]) -> str:
         m = res["machine"]
         out += [f"### {res['name']} ({res['docs']} passages, batch {res['batch_size']}, {res['device']})", "",
                 f"`{res['command']}`", "",
-                f"{m['date']}; {m['nproc']} CPUs ({m['cpu']}; {m['cpu_flags'].strip() or 'no VNNI/AMX'}), "
+                f"{m['date']}" + (f", commit `{m['commit']}`" if m.get("commit") else "") + f"; {m['nproc']} CPUs ({m['cpu']}; {m['cpu_flags'].strip() or 'no VNNI/AMX'}), "
                 f"RAM {m['ram']}; load average {m['loadavg_start'][0]:.2f} at the start, "
                 f"{m.get('loadavg_end', [float('nan')])[0]:.2f} at the end. Versions: {res['versions']}; "
                 f"side venv: {res.get('versions_side', '-')}. MRR@10 over {res.get('mrr_passages')} passages and "
@@ -586,7 +569,7 @@ def main() -> None:
         res["rows"] = [r for r in res["rows"] if "error" in r or Path(_row_file(res, r) + ".npz").exists()]
         _score(res, Path(_row_file(res, res["rows"][0])).parent, select_passages(res["docs"])[0])
         res["note"] = "cut short by the 15-minute lock limit; scored afterwards with the score command"
-        Path(args.path).write_text(json.dumps(res, indent=1))
+        write_json(args.path, res)
     elif args.cmd == "prepare-st":
         prepare_st(args)
     else:

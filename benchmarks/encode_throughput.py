@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -44,41 +43,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, Stages, corpus_texts, describe, load_dataset, run_info, set_threads, write_json
+
 SECTIONS = ("speed", "bf16", "e2e")
 
 
 def _texts(limit: int | None) -> tuple[list[str], list[str]]:
-    from opensearch_lsr.corpus import doc_text
-    from opensearch_lsr.resources import shared_data_dir
-
-    data = shared_data_dir()
-    if data is None:
-        sys.exit("the shared msmarco-ko data is not present")
-    ids, texts = [], []
-    with open(data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            ids.append(row["_id"])
-            texts.append(doc_text(row))
-            if limit and len(texts) >= limit:
-                break
-    return ids, texts
-
-
-class _Clock:
-    """Accumulates wall and process-CPU seconds per method."""
-
-    def __init__(self) -> None:
-        self.wall: dict[str, float] = {}
-        self.cpu: dict[str, float] = {}
-
-    def run(self, name: str, fn):
-        w, c = time.perf_counter(), time.process_time()
-        out = fn()
-        self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - w
-        self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - c
-        return out
+    """The first ``limit`` msmarco-ko passages (all with ``None``), in file order."""
+    ids, texts = corpus_texts(load_dataset())
+    return (ids[:limit], texts[:limit]) if limit else (ids, texts)
 
 
 def _blocks(n: int, size: int) -> list[tuple[int, int]]:
@@ -169,7 +142,7 @@ def _section_speed(args, ids, texts, enc) -> tuple[dict, list]:
         naive(warm, bs)
     keep = torch.ones(enc.vocab_size, dtype=torch.bool)
     keep[enc.special_ids] = False
-    clock, diff, naive_diff, ours_all = _Clock(), 0.0, 0.0, []
+    clock, diff, naive_diff, ours_all = Stages(), 0.0, 0.0, []
     names = ["ours", "st"] + (["naive"] if naive is not None else [])
     # The naive loop is the slowest by far: on a busy machine it may run on every N-th block only, and
     # is then compared with ours on exactly those blocks ("ours@naive").
@@ -177,24 +150,24 @@ def _section_speed(args, ids, texts, enc) -> tuple[dict, list]:
     for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
         block = texts[a:b]
         got: dict[str, object] = {}
-        ours_before = clock.wall.get("ours", 0.0)
+        ours_before = clock.seconds.get("ours", 0.0)
         with_naive = naive is not None and k % args.naive_every == 0
         with_st = k % args.st_every == 0
         for name in _rotated(names, k):
             if (name == "naive" and not with_naive) or (name == "st" and not with_st):
                 continue
             if name == "ours":
-                got[name] = clock.run(name, lambda: enc.encode(block))
+                got[name] = clock.call(name, lambda: enc.encode(block))
             elif name == "st":
-                got[name] = clock.run(name, lambda: st.encode_document(block, batch_size=bs))
+                got[name] = clock.call(name, lambda: st.encode_document(block, batch_size=bs))
             else:
-                got[name] = clock.run(name, lambda: naive(block, bs))
+                got[name] = clock.call(name, lambda: naive(block, bs))
                 naive_docs += len(block)
-        ours_block = clock.wall["ours"] - ours_before  # ours' time on this block
+        ours_block = clock.seconds["ours"] - ours_before  # ours' time on this block
         if with_naive:
-            clock.wall["ours@naive"] = clock.wall.get("ours@naive", 0.0) + ours_block
+            clock.seconds["ours@naive"] = clock.seconds.get("ours@naive", 0.0) + ours_block
         if with_st:
-            clock.wall["ours@st"] = clock.wall.get("ours@st", 0.0) + ours_block
+            clock.seconds["ours@st"] = clock.seconds.get("ours@st", 0.0) + ours_block
             st_docs += len(block)
             ref = got["st"]
             ref = (ref.to_dense() if ref.is_sparse else ref).float()
@@ -204,20 +177,20 @@ def _section_speed(args, ids, texts, enc) -> tuple[dict, list]:
                 naive_diff = max(naive_diff, float((got["naive"][:, keep] - ref[:, keep]).abs().max()))
         ours_all.extend(got["ours"])
         print(f"speed block {k}: {b}/{len(texts)} docs, wall so far "
-              + ", ".join(f"{n} {clock.wall[n]:.1f}s" for n in names), file=sys.stderr, flush=True)
+              + ", ".join(f"{n} {clock.seconds[n]:.1f}s" for n in names), file=sys.stderr, flush=True)
     n = len(texts)
-    res = {"ours_docs_per_s": n / clock.wall["ours"], "st_docs": st_docs, "st_every": args.st_every,
-           "st_docs_per_s": st_docs / clock.wall["st"], "ours_on_st_blocks_docs_per_s": st_docs / clock.wall["ours@st"]}
-    res.update({f"{m}_wall_s": clock.wall[m] for m in names})
+    res = {"ours_docs_per_s": n / clock.seconds["ours"], "st_docs": st_docs, "st_every": args.st_every,
+           "st_docs_per_s": st_docs / clock.seconds["st"], "ours_on_st_blocks_docs_per_s": st_docs / clock.seconds["ours@st"]}
+    res.update({f"{m}_wall_s": clock.seconds[m] for m in names})
     res.update({f"{m}_cpu_s": clock.cpu[m] for m in names})
-    res["ours_on_st_blocks_wall_s"] = clock.wall["ours@st"]
-    res["speedup_vs_st"] = clock.wall["st"] / clock.wall["ours@st"]
+    res["ours_on_st_blocks_wall_s"] = clock.seconds["ours@st"]
+    res["speedup_vs_st"] = clock.seconds["st"] / clock.seconds["ours@st"]
     if naive is not None:
         res["naive_docs"] = naive_docs
         res["naive_every"] = args.naive_every
-        res["naive_docs_per_s"] = naive_docs / clock.wall["naive"]
-        res["ours_on_naive_blocks_docs_per_s"] = naive_docs / clock.wall["ours@naive"]
-        res["speedup_vs_naive"] = clock.wall["naive"] / clock.wall["ours@naive"]
+        res["naive_docs_per_s"] = naive_docs / clock.seconds["naive"]
+        res["ours_on_naive_blocks_docs_per_s"] = naive_docs / clock.seconds["ours@naive"]
+        res["speedup_vs_naive"] = clock.seconds["naive"] / clock.seconds["ours@naive"]
         res["naive_max_abs_diff_vs_st"] = naive_diff
     res["fp32_max_abs_diff_vs_st"] = diff
     res["avg_tokens_per_doc"] = enc.stats.tokens / max(enc.stats.texts, 1)
@@ -226,19 +199,17 @@ def _section_speed(args, ids, texts, enc) -> tuple[dict, list]:
 
 def _section_bf16(args, ids, texts, enc, fp32_vectors) -> dict:
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-    from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.evaluation.metrics import evaluate_run
     from opensearch_lsr.evaluation.retrieval import top_k_run
-    from opensearch_lsr.resources import shared_data_dir
 
     bf = SparseDocumentEncoder(args.model, device="cpu", precision="bf16", batch_size=args.batch_size)
     bf.encode(texts[:args.batch_size])
-    clock, max_abs, max_rel, bf_all, fp_all = _Clock(), 0.0, 0.0, [], []
+    clock, max_abs, max_rel, bf_all, fp_all = Stages(), 0.0, 0.0, [], []
     jacc, timed_docs, repeat_ok = [], 0, True
     for k, (a, b) in enumerate(_blocks(len(texts), args.block)):
         block = texts[a:b]
         got = {}
-        bf_before = clock.wall.get("bf16", 0.0)
+        bf_before = clock.seconds.get("bf16", 0.0)
         # fp32 is re-run (interleaved, for the speed ratio) on every N-th block when the speed
         # section's fp32 vectors are at hand; they are the reference for the other blocks.
         rerun = not fp32_vectors or k % args.fp32_every == 0
@@ -249,10 +220,10 @@ def _section_bf16(args, ids, texts, enc, fp32_vectors) -> dict:
                 continue
             e = enc if name == "fp32" else bf
             key = name if rerun else "bf16_untimed"
-            got[name] = clock.run(key, lambda: e.encode(block))
+            got[name] = clock.call(key, lambda: e.encode(block))
         if rerun:
             timed_docs += b - a
-            clock.wall["bf16@fp32"] = clock.wall.get("bf16@fp32", 0.0) + clock.wall["bf16"] - bf_before
+            clock.seconds["bf16@fp32"] = clock.seconds.get("bf16@fp32", 0.0) + clock.seconds["bf16"] - bf_before
             if fp32_vectors:
                 repeat_ok &= all(np.array_equal(x.ids, y.ids) and np.allclose(x.weights, y.weights, atol=1e-6)
                                  for x, y in zip(fp32_vectors[a:b], got["fp32"]))
@@ -266,19 +237,19 @@ def _section_bf16(args, ids, texts, enc, fp32_vectors) -> dict:
         jacc.append(inter / union)
         bf_all.extend(got["bf16"])
         fp_all.extend(got["fp32"])
-        print(f"bf16 block {k}: {b}/{len(texts)}, fp32 {clock.wall['fp32']:.1f}s bf16 {clock.wall['bf16']:.1f}s",
+        print(f"bf16 block {k}: {b}/{len(texts)}, fp32 {clock.seconds['fp32']:.1f}s bf16 {clock.seconds['bf16']:.1f}s",
               file=sys.stderr, flush=True)
     n = len(texts)
-    bf_wall = clock.wall["bf16"] + clock.wall.get("bf16_untimed", 0.0)
-    res = {"bf16_docs_per_s": n / bf_wall, "fp32_docs_per_s": timed_docs / clock.wall["fp32"],
-           "bf16_docs_per_s_on_fp32_blocks": timed_docs / clock.wall["bf16@fp32"], "fp32_timed_docs": timed_docs,
-           "bf16_speed_vs_fp32": clock.wall["fp32"] / clock.wall["bf16@fp32"],
+    bf_wall = clock.seconds["bf16"] + clock.seconds.get("bf16_untimed", 0.0)
+    res = {"bf16_docs_per_s": n / bf_wall, "fp32_docs_per_s": timed_docs / clock.seconds["fp32"],
+           "bf16_docs_per_s_on_fp32_blocks": timed_docs / clock.seconds["bf16@fp32"], "fp32_timed_docs": timed_docs,
+           "bf16_speed_vs_fp32": clock.seconds["fp32"] / clock.seconds["bf16@fp32"],
            "bf16_max_abs_diff_vs_fp32": max_abs, "bf16_max_rel_diff_vs_fp32": max_rel,
            "bf16_mean_active_set_jaccard": float(torch.cat(jacc).mean()),
            "cpu_bf16_native": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if len(texts) == 7279 or args.force_mrr:
-        ds = load_beir(shared_data_dir() / "msmarco-ko", "dev")
+        ds = load_dataset()
         pos = {d: i for i, d in enumerate(ids)}
         dids = [d for d in ds.corpus if d in pos]  # all of them unless --limit (then: a labelled subset)
         order = [pos[d] for d in dids]
@@ -302,7 +273,7 @@ def _section_bf16(args, ids, texts, enc, fp32_vectors) -> dict:
 
 
 class _double:
-    """H-cluster's OpenSearch HTTP test double (``tests/opensearch/double``), by default in its own
+    """The OpenSearch HTTP test double (``tests/opensearch/double``), by default in its own
     process, as a real cluster would be: its request handling (spec validation, indexing) is then not
     charged to the encoding process's CPU and GIL."""
 
@@ -335,7 +306,7 @@ def _section_e2e(args, ids, texts, enc) -> dict:
     from opensearch_lsr.local.index import LocalIndex
     from opensearch_lsr.opensearch.client import make_client
 
-    clock = _Clock()
+    clock = Stages()
     enc.encode(texts[:args.batch_size])
     res: dict = {"double_in_process": args.double_in_process}
     with tempfile.TemporaryDirectory() as tmp, _double(args.double_in_process) as url:
@@ -357,13 +328,13 @@ def _section_e2e(args, ids, texts, enc) -> dict:
             client.indices.create(index=f"bench-{k}", body=mapping)
             for name in _rotated(["encode_only", "local", "double"], k):
                 if name == "encode_only":
-                    clock.run(name, lambda: enc.encode(texts[a:b]))
+                    clock.call(name, lambda: enc.encode(texts[a:b]))
                     continue
                 cfg = IndexJobConfig(corpus=str(corpus), model=args.model, batch_size=args.batch_size,
                                      backend="local" if name == "local" else "opensearch",
                                      index=str(tmp / f"local{k}") if name == "local" else f"bench-{k}",
                                      work_dir=str(tmp / f"{name}{k}.job"))
-                s = clock.run(name, lambda: run_index_job(
+                s = clock.call(name, lambda: run_index_job(
                     cfg, encoder=enc, client_factory=lambda: client, progress=False))
                 assert s["indexed"] == b - a and s["dead_lettered"] == 0, s
                 res[f"{name}_peak_rss_mb"] = s["peak_rss_mb"]
@@ -371,17 +342,17 @@ def _section_e2e(args, ids, texts, enc) -> dict:
             idx.refresh()
             local_count += idx.count()
             double_count += int(client.count(index=f"bench-{k}")["count"])
-            print(f"e2e block {k}: {b}/{len(texts)}, " + ", ".join(f"{n} {v:.1f}s" for n, v in clock.wall.items()),
+            print(f"e2e block {k}: {b}/{len(texts)}, " + ", ".join(f"{n} {v:.1f}s" for n, v in clock.seconds.items()),
                   file=sys.stderr, flush=True)
         res["local_count"], res["double_count"] = local_count, double_count
     n = res["e2e_docs"] = e2e_docs
     res["e2e_every"] = args.e2e_every
     for name in ("encode_only", "local", "double"):
-        res[f"{name}_docs_per_s"] = n / clock.wall[name]
-        res[f"{name}_wall_s"] = clock.wall[name]
+        res[f"{name}_docs_per_s"] = n / clock.seconds[name]
+        res[f"{name}_wall_s"] = clock.seconds[name]
         res[f"{name}_cpu_s"] = clock.cpu[name]
     for name in ("local", "double"):
-        res[f"{name}_share_of_encode_only"] = clock.wall["encode_only"] / clock.wall[name]
+        res[f"{name}_share_of_encode_only"] = clock.seconds["encode_only"] / clock.seconds[name]
     return res
 
 
@@ -391,8 +362,11 @@ def args_block_note(section: dict) -> str:
 
 def _markdown(path: Path) -> str:
     r = json.loads(path.read_text())
-    lines = [f"model `{r['model']}`, batch {r['batch_size']}, {r['threads']} threads, "
-             f"device {r['device']} (GPU present: {r['gpu']}), torch {r.get('torch')}", ""]
+    run = r.get("run")
+    lines = ([f"Run: {run['date']}, commit `{run['commit']}`, `{run['command']}`; machine: {describe(run['machine'])}.",
+              ""] if run else [])
+    lines += [f"model `{r['model']}`, batch {r['batch_size']}, {r['threads']} threads, "
+              f"device {r['device']} (GPU present: {r['gpu']}), torch {r.get('torch')}", ""]
     if "speed" in r:
         s = r["speed"]
         lines += ["| method | docs/s | wall s | CPU s | ours is x faster |", "|---|---|---|---|---|"]
@@ -463,22 +437,20 @@ def main() -> None:
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         ap.error(f"unknown section(s) {bad}; choose from {', '.join(SECTIONS)}")
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 
     ids, texts = _texts(args.limit or None)
     enc = SparseDocumentEncoder(args.model, device="cpu", precision="fp32", batch_size=args.batch_size)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     result = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
-    except OSError:
-        commit = None
+    info = run_info()
     result.update({"model": args.model, "docs": len(texts), "batch_size": args.batch_size, "threads": args.threads,
-                   "device": "cpu", "gpu": torch.cuda.is_available(), "cpu": platform.processor() or platform.machine(),
-                   "torch": torch.__version__, "commit": commit})
+                   "device": "cpu", "gpu": torch.cuda.is_available(), "torch": torch.__version__,
+                   "commit": info["commit"], "run": info})
     fp32_vectors: list = []
     if "bf16" in sections and "speed" not in sections and args.out and _vectors_path(args.out).exists():
         fp32_vectors = _load_vectors(_vectors_path(args.out))
@@ -486,22 +458,23 @@ def main() -> None:
             fp32_vectors = []
     for section in sections:
         start = [round(x, 2) for x in os.getloadavg()]
-        t0 = time.perf_counter()
-        if section == "speed":
-            res, fp32_vectors = _section_speed(args, ids, texts, enc)
-            if args.out:  # the bf16 section (maybe a later run) compares against these exact vectors
-                _save_vectors(_vectors_path(args.out), fp32_vectors)
-            res["ours_vectors_sha1"] = _vectors_sha1(fp32_vectors)
-        elif section == "bf16":
-            res = _section_bf16(args, ids, texts, enc, fp32_vectors)
-        else:
-            res = _section_e2e(args, ids, texts, enc)
+        stages = Stages()
+        with stages(section):
+            if section == "speed":
+                res, fp32_vectors = _section_speed(args, ids, texts, enc)
+                if args.out:  # the bf16 section (maybe a later run) compares against these exact vectors
+                    _save_vectors(_vectors_path(args.out), fp32_vectors)
+                res["ours_vectors_sha1"] = _vectors_sha1(fp32_vectors)
+            elif section == "bf16":
+                res = _section_bf16(args, ids, texts, enc, fp32_vectors)
+            else:
+                res = _section_e2e(args, ids, texts, enc)
         res.update({"docs": len(texts), "loadavg_start": start, "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-                    "section_wall_s": round(time.perf_counter() - t0, 1), "measured": time.strftime("%Y-%m-%d %H:%M")})
+                    "section_wall_s": round(stages.seconds[section], 1), "measured": time.strftime("%Y-%m-%d %H:%M"),
+                    "commit": info["commit"]})
         result[section] = res
         if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=2))
+            write_json(args.out, result)
         print(json.dumps({section: res}, indent=2), flush=True)
 
 

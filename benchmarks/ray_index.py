@@ -15,30 +15,17 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+from harness import ROOT, Stages, run_info, set_threads, time_call, write_json, write_markdown
 
 __all__ = ["main"]
 
-ROOT = Path(__file__).resolve().parents[1]
 KO_MODEL = ROOT / "runs" / "models" / "ko-sembridge"
-
-
-def _machine() -> dict:
-    import psutil
-
-    cpu = "?"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(), "load_avg": os.getloadavg()}
 
 
 def _ndjson_docs(directory: Path) -> tuple[dict[str, dict], int]:
@@ -70,7 +57,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     import ray
-    import torch
 
     from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
     from opensearch_lsr.encoding.ray_job import RayOptions, run_ray_index_job
@@ -86,35 +72,29 @@ def main(argv: list[str] | None = None) -> dict:
             dst.write(line)
     common = {"corpus": str(corpus), "model": args.model, "backend": "ndjson", "chunk_docs": args.chunk_docs,
               "batch_size": args.batch_size}
-    result = {"machine": _machine(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join([Path(sys.executable).name, *sys.argv]), "model": args.model,
-              "corpus": args.corpus, "limit": args.limit, "chunk_docs": args.chunk_docs,
-              "batch_size": args.batch_size, "runs": []}
+    result = {"run": run_info(), "model": args.model, "corpus": args.corpus, "limit": args.limit,
+              "chunk_docs": args.chunk_docs, "batch_size": args.batch_size, "runs": []}
     weights = Path(args.model) / "model.safetensors"
     if weights.exists():
         result["model_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
-    try:
-        result["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                          cwd=ROOT).stdout.strip()
-    except OSError:
-        pass
 
     def single(threads: int) -> dict:
-        torch.set_num_threads(threads)
+        set_threads(threads)
         out = work / f"single_t{threads}"
-        t0 = time.perf_counter()
-        summary = run_index_job(IndexJobConfig(index=str(out), threads=threads, **common), progress=False)
-        return {"engine": "single", "threads": threads, "wall_s": time.perf_counter() - t0, "summary": summary,
+        timed = time_call(lambda: run_index_job(IndexJobConfig(index=str(out), threads=threads, **common),
+                                                progress=False))
+        summary = timed.result
+        return {"engine": "single", "threads": threads, "wall_s": timed.best, "summary": summary,
                 "out": out, "steady_docs_per_s": summary["this_run"]["docs_per_s"]}
 
     def on_ray(workers: int) -> dict:
         out = work / f"ray_w{workers}"
         stamps: list[float] = []
         t0 = time.perf_counter()
-        summary = run_ray_index_job(IndexJobConfig(index=str(out), threads=1, **common),
-                                    RayOptions(workers=workers, cpus_per_worker=1), progress=False,
-                                    on_block=lambda block: stamps.append(time.perf_counter()))
-        wall = time.perf_counter() - t0
+        timed = time_call(lambda: run_ray_index_job(IndexJobConfig(index=str(out), threads=1, **common),
+                                                    RayOptions(workers=workers, cpus_per_worker=1), progress=False,
+                                                    on_block=lambda block: stamps.append(time.perf_counter())))
+        summary, wall = timed.result, timed.best
         ledger = [json.loads(x) for x in (Path(summary["work_dir"]) / "ray_blocks.jsonl").read_text().splitlines()]
         # after start-up: from the first completed block to the last (the first block's documents excluded)
         steady = ((summary["indexed"] - ledger[0]["counters"]["indexed"]) / (stamps[-1] - stamps[0])
@@ -123,10 +103,11 @@ def main(argv: list[str] | None = None) -> dict:
                 "steady_docs_per_s": round(steady, 2) if steady else None,
                 "startup_s": round(stamps[0] - t0, 2) if stamps else None}
 
-    t0 = time.perf_counter()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
-    result["ray_init_s"] = round(time.perf_counter() - t0, 2)
+    stages = Stages()
+    with stages("ray_init"):
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
+    result["ray_init_s"] = round(stages.seconds["ray_init"], 2)
     runs = [single(1)]
     runs += [on_ray(int(w)) for w in args.workers.split(",")]
     runs.append(single(os.cpu_count() or 1))
@@ -151,13 +132,11 @@ def main(argv: list[str] | None = None) -> dict:
     result["runs"] = runs
     if not args.no_tests:
         result["tests"] = _run_tests()
-    result["machine"]["load_avg_end"] = os.getloadavg()
+    result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+        write_json(args.json, result)
     if args.md:
-        Path(args.md).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.md).write_text(render(result))
+        write_markdown(args.md, render(result), result["run"])
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1, default=str))
     for run in runs:
         print(json.dumps({k: run[k] for k in ("engine", "workers", "threads", "wall_s", "docs_per_s", "steady_docs_per_s",
@@ -170,19 +149,19 @@ def _run_tests() -> dict:
     """The guarantees behind the figures: the Ray test file, slow tests included, in a subprocess."""
     cmd = [sys.executable, "-m", "pytest", "-q", "tests/encoding/test_ray_job.py", "-m", "slow or not slow",
            "-p", "no:logging", "-rA"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"})
+    timed = time_call(lambda: subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                                             env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                  "TOKENIZERS_PARALLELISM": "false"}))
+    proc = timed.result
     lines = proc.stdout.splitlines()
     return {"command": " ".join(["python", *cmd[1:]]), "returncode": proc.returncode,
-            "wall_s": round(time.perf_counter() - t0, 1),
+            "wall_s": round(timed.best, 1),
             "results": [l for l in lines if l.startswith(("PASSED", "FAILED", "ERROR", "SKIPPED"))],
             "last_line": lines[-1] if lines else proc.stderr[-500:]}
 
 
 def render(r: dict) -> str:
-    """The results file: command, machine, date, one row per run."""
-    m = r["machine"]
+    """The results file (after the run line: date, commit, command, machine): one row per run."""
     rows = []
     for run in r["runs"]:
         what = (f"single process, {run['threads']} torch thread(s)" if run["engine"] == "single"
@@ -194,13 +173,11 @@ def render(r: dict) -> str:
     lines = [
         "# `lsr-os index --engine ray`: documents per second, 1 and 2 workers, against the single-process job",
         "",
-        f"- Command: `{r['command']}` , commit {r.get('commit', '?')}",
-        f"- Date (UTC): {r['date']}",
-        f"- Machine: {m['nproc']} CPU cores ({m['cpu']}), {m['ram_gb']} GB RAM, Python {m['python']}; load average "
-        f"{', '.join(f'{x:.1f}' for x in m['load_avg'])} at the start, "
-        f"{', '.join(f'{x:.1f}' for x in m['load_avg_end'])} at the end (the 2 cores are shared with other agents).",
-        "- **No GPU was lent to this session**: `--num-gpus-per-worker` is implemented (the actor encodes on its "
-        "GPU, bf16 autocast with `--precision auto`) but not measured here.",
+        f"- Load average {', '.join(f'{x:.1f}' for x in r['run']['machine']['loadavg'])} at the start, "
+        f"{', '.join(f'{x:.1f}' for x in r['load_avg_end'])} at the end (the cores may be shared with other jobs).",
+        (f"- GPU: {r['run']['machine']['gpu']}." if r["run"]["machine"].get("gpu") else
+         "- **No GPU on this machine**: `--num-gpus-per-worker` is implemented (the actor encodes on its "
+         "GPU, bf16 autocast with `--precision auto`) but not measured here."),
         f"- Model: `{r['model']}`" + (f" (model.safetensors sha256 {r['model_sha256']}…)" if r.get("model_sha256") else "")
         + f"; corpus: the first {r['limit']:,} lines of `{r['corpus']}`; `--chunk-docs {r['chunk_docs']}` "
         f"(one Ray block each), `--batch-size {r['batch_size']}`, backend NDJSON.",

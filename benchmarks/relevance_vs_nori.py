@@ -1,4 +1,4 @@
-"""Relevance against what a Korean OpenSearch user already has: BM25 over the nori analyzer (issue 12).
+"""Relevance against what a Korean OpenSearch user already has: BM25 over the nori analyzer.
 
 Every sparse row is `lsr-os eval` on the local backend (the same request bodies OpenSearch gets) with
 `--baseline bm25-nori`, so the nori row is measured in the same run; hybrids of nori BM25 with the best
@@ -20,20 +20,19 @@ Rows resume: a row whose report.json exists in --work is read back, not re-run.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import platform
 import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from harness import describe, load_dataset, markdown_table, run_info, time_call, write_json
+
 from opensearch_lsr.evaluation.pipeline import EvalConfig, run_evaluation
 
-TITLE = "# Relevance against BM25 over nori (issue 12), full MS MARCO-ko dev\n\n"
+TITLE = "# Relevance against BM25 over nori, full MS MARCO-ko dev\n\n"
 WEIGHT_GRID = [(0.1, 0.9), (0.2, 0.8), (0.3, 0.7), (0.4, 0.6), (0.5, 0.5), (0.6, 0.4), (0.7, 0.3)]
 RANK_CONSTANT_GRID = [5, 10, 30, 60]
 
@@ -50,10 +49,10 @@ def evaluate(work: Path, name: str, model: str, mode: str, data: str, split: str
         return json.loads(report.read_text())
     config = EvalConfig(dataset=data, split=split, model=model, query_mode=mode, max_queries=max_queries,
                         prune_levels=[], name=name, index=index, **extra)
-    t0 = time.perf_counter()
-    result = run_evaluation(config, out, show_progress_bar=True)
-    result["wall_s"] = round(time.perf_counter() - t0, 1)
-    report.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    timed = time_call(lambda: run_evaluation(config, out, show_progress_bar=True))
+    result = timed.result
+    result["wall_s"] = round(timed.best, 1)
+    write_json(report, result)
     return result
 
 
@@ -67,11 +66,10 @@ def lexical(result: dict, prefix: str) -> dict | None:
 
 def nori_flops(data: str, split: str) -> dict:
     """FLOPS and active terms of nori BM25 (analysed term sets as binary vectors)."""
-    from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.evaluation.retrieval import sparsity_stats
     from opensearch_lsr.lexical.nori import NoriAnalyzer
 
-    ds = load_beir(data, split)
+    ds = load_dataset(data, split)
     an = NoriAnalyzer()
     vocab: dict[str, int] = {}
 
@@ -91,23 +89,24 @@ def nori_flops(data: str, split: str) -> dict:
 
 
 def teacher_row(data: str, teacher: str, latency_queries: int = 50) -> dict:
-    from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.evaluation.metrics import evaluate_run
     from opensearch_lsr.evaluation.retrieval import top_k_run
     from opensearch_lsr.transfer.bridge import get_bridge
 
-    ds = load_beir(data, "dev")
+    ds = load_dataset(data, "dev")
     qids = list(ds.queries)
     docs = get_bridge(teacher, prompt="passage").embed(list(ds.corpus.values()), desc="teacher: passages")
     queries = get_bridge(teacher, prompt="query").embed([ds.queries[q] for q in qids], desc="teacher: queries")
     run = top_k_run(sp.csr_matrix(queries), sp.csr_matrix(docs), qids, list(ds.corpus), k=100)
     metrics = evaluate_run(ds.qrels, run)
     uncached = get_bridge(teacher, prompt="query", use_cache=False)
-    t0 = time.perf_counter()
-    for q in qids[:latency_queries]:  # one query at a time, no cache: encode + exact dot product
-        vec = uncached.embed([ds.queries[q]])
-        np.argpartition(-(docs @ vec[0]), 100)[:100]
-    ms = (time.perf_counter() - t0) / latency_queries * 1000
+
+    def one_by_one() -> None:
+        for q in qids[:latency_queries]:  # one query at a time, no cache: encode + exact dot product
+            vec = uncached.embed([ds.queries[q]])
+            np.argpartition(-(docs @ vec[0]), 100)[:100]
+
+    ms = time_call(one_by_one).best / latency_queries * 1000
     return {"name": f"e5-small teacher ({teacher}, dense)", "metrics": metrics, "latency_ms": ms,
             "dims": docs.shape[1]}
 
@@ -226,23 +225,24 @@ def main(argv: list[str] | None = None) -> int:
 def render(rows: list[dict | None], teacher: dict | None, argv: list[str]) -> str:
     rows = [r for r in rows if r]
     nori_flops_ = rows[0]["metrics"].get("flops") if rows else None
-    lines = ["| row | MRR@10 | nDCG@10 | R@100 | FLOPS | doc / query dims | ms/query | FLOPS vs nori |",
-             "|---|---|---|---|---|---|---|---|"]
+    body = []
     for r in rows:
         m = r["metrics"]
         ratio = f"{m['flops'] / nori_flops_:.1f}x" if nori_flops_ and m.get("flops") else ""
-        lines.append(f"| {r['name']} | {m['mrr@10']:.3f} | {m['ndcg@10']:.3f} | {m['recall@100']:.3f} | "
-                     f"{m.get('flops', float('nan')):.2f} | {m.get('doc_active_dims', 0):.0f} / "
-                     f"{m.get('query_active_dims', 0):.1f} | {r['latency_ms']:.1f} | {ratio} |")
+        body.append([r["name"], m["mrr@10"], m["ndcg@10"], m["recall@100"], f"{m.get('flops', float('nan')):.2f}",
+                     f"{m.get('doc_active_dims', 0):.0f} / {m.get('query_active_dims', 0):.1f}",
+                     f"{r['latency_ms']:.1f}", ratio])
     if teacher:
         m = teacher["metrics"]
-        lines.append(f"| {teacher['name']} | {m['mrr@10']:.3f} | {m['ndcg@10']:.3f} | {m['recall@100']:.3f} | "
-                     f"dense {teacher['dims']}-d | - | {teacher['latency_ms']:.1f} | |")
-    header = [f"Command: `python benchmarks/relevance_vs_nori.py {' '.join(repr(a) if ' ' in a else a for a in argv)}`",
-              f"Machine: {platform.machine()}, {__import__('os').cpu_count()} cores, no GPU; date: "
-              f"{dt.date.today().isoformat()}. Full MS MARCO-ko dev: 1,000 queries, 7,279 passages. ms/query = query "
-              "encoding (batched by 32) + one search request, local backend.", ""]
-    return "\n".join(header + lines) + "\n"
+        body.append([teacher["name"], m["mrr@10"], m["ndcg@10"], m["recall@100"], f"dense {teacher['dims']}-d", "-",
+                     f"{teacher['latency_ms']:.1f}", ""])
+    info = run_info(["benchmarks/relevance_vs_nori.py", *argv])
+    header = [f"Run: {info['date']}, commit `{info['commit']}`, `{info['command']}`.",
+              f"Machine: {describe(info['machine'])}. Full MS MARCO-ko dev: 1,000 queries, 7,279 passages. ms/query "
+              "= query encoding (batched by 32) + one search request, local backend.", ""]
+    table = markdown_table(["row", "MRR@10", "nDCG@10", "R@100", "FLOPS", "doc / query dims", "ms/query",
+                            "FLOPS vs nori"], body)
+    return "\n".join(header) + "\n" + table
 
 
 if __name__ == "__main__":

@@ -12,19 +12,19 @@ import json
 import os
 import random
 import sys
-import time
 
-import torch
+from harness import load_dataset, set_threads, time_call
 
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-from opensearch_lsr.evaluation.datasets import BeirDataset, load_beir
+from opensearch_lsr.evaluation.datasets import BeirDataset
 from opensearch_lsr.evaluation.retrieval import evaluate_encoder
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.sembridge import SemBridgeConfig, sembridge_transfer
 
 
 def subset(n_queries: int = 300, n_distractors: int = 1700, seed: int = 0) -> BeirDataset:
-    ds = load_beir(shared_data_dir() / "msmarco-ko", "dev").subset(n_queries)
+    """The ablation's dev subset: the first ``n_queries`` judged queries, their positives and seeded distractors."""
+    ds = load_dataset(max_queries=n_queries)
     pos = {d for q in ds.qrels.values() for d in q}
     others = [d for d in ds.corpus if d not in pos]
     random.Random(seed).shuffle(others)
@@ -33,7 +33,7 @@ def subset(n_queries: int = 300, n_distractors: int = 1700, seed: int = 0) -> Be
 
 
 def main() -> None:
-    torch.set_num_threads(int(os.environ.get("LSR_THREADS", "2")))
+    set_threads(int(os.environ.get("LSR_THREADS", "2")))
     sub = subset()
     tok = str(shared_data_dir() / "kobigbird-bert-base-tokenizer")
     for spec in sys.argv[1:]:
@@ -42,12 +42,12 @@ def main() -> None:
         out = sembridge_transfer(SemBridgeConfig(source="splade-tiny", target_tokenizer=tok,
                                                  out=f"runs/ablation/{name}", **kw))
         cfg = json.loads((out / "transfer_config.json").read_text())
-        t0 = time.perf_counter()
-        m = evaluate_encoder(SparseDocumentEncoder(str(out), batch_size=64), sub, batch_size=64)
+        timed = time_call(lambda: evaluate_encoder(SparseDocumentEncoder(str(out), batch_size=64), sub, batch_size=64))
+        m = timed.result
         print(json.dumps({"cfg": kw, "mrr@10": round(m["mrr@10"], 4), "ndcg@10": round(m["ndcg@10"], 4),
                           "doc_dims": round(m["doc_active_dims"]), "query_dims": round(m["query_active_dims"], 1),
                           "support": round(cfg.get("mean_support_size", 0), 2),
-                          "eval_s": round(time.perf_counter() - t0)}), flush=True)
+                          "eval_s": round(timed.best)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ on the sampled rows, all in one run. Two naive references: dense entmax by float
 what the tests compare against) and the entmax package's default float32 bisection (what a plain
 implementation would run; faster but only ~1e-6 exact).
 
-    python benchmarks/sembridge_init_timing.py [--sample-rows 2048]
+    python benchmarks/sembridge_init_timing.py [--sample-rows 2048] [--out STEM]
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import time
 import numpy as np
 import psutil
 import torch
+
+from harness import machine, set_threads, write_results
 
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.alignment import entmax_mixing, entmax_mixing_full, prepare_space
@@ -49,8 +51,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sample-rows", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None, help="Also write STEM.json with the run's date, commit and machine.")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
+    start = machine()
     cfg = SemBridgeConfig()
     model, stok = load_source_model("splade-tiny")
     ttok = load_target_tokenizer(str(shared_data_dir() / "kobigbird-bert-base-tokenizer"))
@@ -89,7 +93,7 @@ def main() -> None:
     mixed_f32, f32_s, f32_mb = peak_during(naive_f32)
     report = {
         "rows": int(len(t)), "candidates": int(len(cand)), "alpha": cfg.alpha, "temperature": cfg.temperature,
-        "threads": args.threads, "load_average_1m": round(psutil.getloadavg()[0], 1),
+        "threads": args.threads, "load_average_1m": start["loadavg"][0],
         "fast_s": round(fast_s, 2), "fast_peak_extra_mb": round(fast_mb),
         "fast_fallback_rows": int(res.fallback_rows), "mean_support": round(float(res.support_sizes.mean()), 3),
         "naive_sample_rows": int(len(rows)), "naive_sample_s": round(naive_s, 2),
@@ -102,6 +106,8 @@ def main() -> None:
         "max_abs_diff_on_sample": float(np.abs(mixed_fast[rows] - mixed_naive).max()),
     }
     print(json.dumps(report, indent=2))
+    if args.out:
+        write_results(args.out, report)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,18 @@
-"""SemBridge benchmark (issue 2): Korean retrieval quality of every initialisation, and the cost of
+"""SemBridge benchmark: Korean retrieval quality of every initialisation, and the cost of
 the init step against the naive full computation, measured in the same run.
 
     python benchmarks/sembridge_table.py --out runs/bench_sembridge            # full table
     python benchmarks/sembridge_table.py --only timing                          # timing + memory only
 
 Quality: MS MARCO-ko dev (1,000 queries, 7,279 passages) with the untouched source, each appendix-B
-baseline, and SemBridge at alpha 1, 1.5, 2, 3, 4 with the default settings (plus the alpha-4
-settings of the issue's plain measurement for reference). Ratios are printed against the untouched
+baseline, and SemBridge at alpha 1, 1.5, 2, 3, 4 with the default settings (plus a plain alpha-4
+setting for reference: all candidates, joint centring, T=1). Ratios are printed against the untouched
 source and BM25 on the same kobigbird tokens (bm25s), both measured here.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -22,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from opensearch_lsr.evaluation.datasets import load_beir
+from harness import load_dataset, set_threads, write_json, write_markdown
+
 from opensearch_lsr.evaluation.metrics import evaluate_run
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 from opensearch_lsr.evaluation.retrieval import evaluate_encoder
@@ -127,7 +127,7 @@ def main() -> None:
     args = ap.parse_args()
     if not args.dataset or not args.target_tokenizer:
         ap.error("../shared/data not found: pass --dataset and --target-tokenizer")
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {"rows": []}
@@ -138,14 +138,14 @@ def main() -> None:
 
 
     if args.only in ("all", "quality"):
-        ds = load_beir(args.dataset, args.split).subset(args.max_queries)
+        ds = load_dataset(args.dataset, args.split, max_queries=args.max_queries)
         print(f"{ds.name}/{ds.split}: {len(ds.queries)} queries, {len(ds.corpus)} passages", flush=True)
 
         def record(name: str, metrics: dict, extra: dict | None = None) -> None:
             row = {"name": name, **metrics, **(extra or {})}
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
-            (out / "results.json").write_text(json.dumps(results, indent=2))
+            write_json(out / "results.json", results)
 
         t0 = time.perf_counter()
         if "BM25 (bm25s, kobigbird tokens)" not in done:
@@ -186,14 +186,14 @@ def main() -> None:
                 f"{r['mrr@10'] / base['mrr@10']:.2f} | {r['mrr@10'] / bm25['mrr@10']:.2f} | "
                 f"{r.get('doc_active_dims', float('nan')):.0f} | {r.get('query_active_dims', float('nan')):.1f} | "
                 f"{r.get('flops', float('nan')):.2f} | {r.get('mean_support_size') or ''} |")
-        (out / "table.md").write_text("\n".join(lines) + "\n")
+        write_markdown(out / "table.md", "\n".join(lines) + "\n")
         print("\n".join(lines), flush=True)
 
     if args.only in ("all", "timing"):
         results["timing"] = timing_rows(args.source, args.target_tokenizer, 4.0, SemBridgeConfig.temperature,
                                         args.threads, out)
         print(json.dumps(results["timing"], indent=2), flush=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2))
+        write_json(out / "results.json", results)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""VT MLM-adaptation diagnosis (issue 6): why the frozen-body MLM phase hurt, and which setting doesn't.
+"""VT MLM-adaptation diagnosis: why the frozen-body MLM phase hurt, and which setting doesn't.
 
     nice python benchmarks/vt_mlm_tune.py --out runs/vt_mlm_tune --threads 1 \
         --setting lr=2e-3 --setting lr=1e-4 --setting lr=3e-4 --setting lr=2e-3,train_bias=0
@@ -9,7 +9,8 @@ every body tensor is bit-identical afterwards (frozen body), the drift of the em
 the APC probe's activation rate and active dims, and MRR@10 / nDCG@10 on a small dev subset
 (``--max-queries`` judged queries, ``--max-docs`` passages; absolute scores on a subset are higher than
 on the full corpus, so compare rows of this script only). The no-MLM base is measured in the same run
-as the baseline. Each setting is cached in ``<out>/<setting>.json`` (resumable).
+as the baseline. Each setting is cached in ``<out>/<setting>.json`` (resumable); the summary of all rows goes to
+``<out>/summary.json`` with the run's date, commit, command and machine.
 """
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from pathlib import Path
 
 import torch
 
+from harness import load_dataset, set_threads, write_results
+
 from opensearch_lsr.config import read_json, write_json
-from opensearch_lsr.evaluation.datasets import load_beir
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.adaptation import adapt_embeddings, trainable_vocab_parameters
 from opensearch_lsr.transfer.apc import probe_activations
@@ -32,8 +34,7 @@ from opensearch_lsr.transfer.surgery import load_source_model, mlm_parts, save_s
 from opensearch_lsr.corpus import iter_corpus_texts
 from opensearch_lsr.transfer.vocab import find_overlap
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vt_table import evaluate_shifts, subset_dataset  # noqa: E402
+from vt_table import evaluate_shifts, subset_dataset
 
 
 def parse_setting(text: str) -> dict:
@@ -102,11 +103,11 @@ def main(argv: list[str] | None = None) -> None:
                 args.seed)
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = shared_data_dir()
-    dataset = subset_dataset(load_beir(data / "msmarco-ko", "dev"), args.max_queries, args.max_docs, args.seed)
+    dataset = subset_dataset(load_dataset(data / "msmarco-ko"), args.max_queries, args.max_docs, args.seed)
     corpus = [t for t in iter_corpus_texts(data / "msmarco-ko") if t.strip()]
     probe_docs = random.Random(args.seed).sample(corpus, 128)
     probe_queries = [" ".join(t.split()[:8]) for t in probe_docs]
@@ -152,10 +153,12 @@ def main(argv: list[str] | None = None) -> None:
         write_json(path, row)
         rows[name] = row
         logging.info("%s: %s", name, {k: row[k] for k in ("final_loss", "rate", "mrr@10")})
-    print(json.dumps({k: {kk: v.get(kk) for kk in ("first_loss", "final_loss", "body_bit_identical",
-                                                     "emb_rel_drift", "emb_rel_drift_overlap", "bias_mean_shift",
-                                                     "rate", "probe_doc_dims", "mrr@10", "ndcg@10")}
-                      for k, v in rows.items()}, indent=1))
+    summary = {k: {kk: v.get(kk) for kk in ("first_loss", "final_loss", "body_bit_identical", "emb_rel_drift",
+                                            "emb_rel_drift_overlap", "bias_mean_shift", "rate", "probe_doc_dims",
+                                            "mrr@10", "ndcg@10")}
+               for k, v in rows.items()}
+    print(json.dumps(summary, indent=1))
+    write_results(out / "summary", {"rows": summary})
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""VT benchmark (issue 6): Korean retrieval quality of Vocabulary Transfer variants, SemBridge alongside.
+"""VT benchmark: Korean retrieval quality of Vocabulary Transfer variants, SemBridge alongside.
 
     nice python benchmarks/vt_table.py --out runs/bench_vt_full --threads 1 \
         --sembridge-model runs/bench_sembridge/models/SemBridge_alpha4 --markdown runs/bench_vt_full/table.md
     python benchmarks/vt_table.py --out runs/bench_vt_full --table      # print the table so far
 
 SPLADE-tiny -> target vocabulary, evaluated on MS MARCO-ko dev (1,000 queries, 7,279 passages) by exact
-in-memory retrieval (H-encode's batch encoder, the vectors of sentence-transformers / the OpenSearch
+in-memory retrieval (the toolkit's batch encoder, the vectors of sentence-transformers / the OpenSearch
 export; special dims zeroed). Variants are named ``<vocab>-<init>[-mlm][-apc<rate>]``:
 
 - vocab ``ko``: the kobigbird-bert-base tokenizer; ``own``: a WordPiece vocabulary trained from the
@@ -39,8 +39,9 @@ import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
+from harness import load_dataset, markdown_table, set_threads, write_markdown
+
 from opensearch_lsr.config import read_json, write_json
-from opensearch_lsr.evaluation.datasets import load_beir
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 from opensearch_lsr.evaluation.metrics import evaluate_run
 from opensearch_lsr.evaluation.retrieval import sparsity_stats, top_k_run
@@ -246,48 +247,28 @@ def run_group(name: str, args, out: Path, data: Path, dataset) -> list[dict]:
     return rows
 
 
-def print_table(out: Path) -> None:
-    rows = {p.stem: read_json(p) for p in sorted((out / "results").glob("*.json"))}
-    base = rows.get(BASELINE, {}).get("mrr@10")
-    print(f"{'variant':30s} {'MRR@10':>7s} {'nDCG@10':>7s} {'R@100':>6s} {'xbase':>6s} {'docdim':>7s} "
-          f"{'qdim':>6s} {'FLOPS':>8s} {'rate':>17s}")
-    order = [v for v in TABLE_ORDER if v in rows] + [v for v in rows if v not in TABLE_ORDER]
-    for name in order:
-        r = rows[name]
-        apc = r.get("apc")
-        rate = f"{apc['rate_before']:.5f}->{apc['rate_after']:.4f}" if apc else ""
-        if "skipped" in r:
-            print(f"{name:30s} {'(not retrieved: ' + r['skipped'] + ')':>58s} {rate:>17s}")
-            continue
-        ratio = f"{r['mrr@10'] / base:.2f}" if base else "-"
-        print(f"{name:30s} {r['mrr@10']:7.4f} {r['ndcg@10']:7.4f} {r['recall@100']:6.3f} {ratio:>6s} "
-              f"{r['doc_active_dims']:7.1f} {r['query_active_dims']:6.1f} {r['flops']:8.3f} {rate:>17s}")
-
-
-def markdown_table(out: Path) -> str:
+def table(out: Path) -> str:
     """The finished rows as a markdown table (APC rows: probe rate and probe passage dims before -> after)."""
     rows = {p.stem: read_json(p) for p in sorted((out / "results").glob("*.json"))}
     order = [v for v in TABLE_ORDER if v in rows] + [v for v in rows if v not in TABLE_ORDER]
     base = rows.get(BASELINE, {}).get("mrr@10")
-    lines = [f"| variant | MRR@10 | nDCG@10 | R@100 | MRR x {BASELINE} | doc dims | query dims | FLOPS "
-             "| APC rate before -> after | APC probe doc dims before -> after | MLM loss first -> last |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    body = []
     for name in order:
         r = rows[name]
-        apc = r.get("apc")
+        apc, mlm = r.get("apc"), r.get("mlm")
         rate = (f"{apc['rate_before']:.2e} -> {apc['rate_after']:.2e} (target {apc['target_rate']:.2e})"
                 if apc else "")
         dims = f"{apc['doc_active_dims_before']:.0f} -> {apc['doc_active_dims_after']:.0f}" if apc else ""
-        mlm = r.get("mlm")
         loss = f"{mlm['first_loss']:.2f} -> {mlm['final_loss']:.2f}" if mlm else ""
         if "skipped" in r:
-            lines.append(f"| {name} | - | - | - | - | - | - | - | {rate} | {dims} | {loss} |")
+            body.append([name] + [None] * 7 + [rate, dims, loss])
             continue
-        ratio = f"{r['mrr@10'] / base:.2f}" if base else "-"
-        lines.append(f"| {name} | {r['mrr@10']:.3f} | {r['ndcg@10']:.3f} | {r['recall@100']:.3f} | {ratio} | "
-                     f"{r['doc_active_dims']:.0f} | {r['query_active_dims']:.1f} | {r['flops']:.2f} | {rate} | "
-                     f"{dims} | {loss} |")
-    return "\n".join(lines) + "\n"
+        body.append([name, r["mrr@10"], r["ndcg@10"], r["recall@100"],
+                     f"{r['mrr@10'] / base:.2f}" if base else None, f"{r['doc_active_dims']:.0f}",
+                     f"{r['query_active_dims']:.1f}", f"{r['flops']:.2f}", rate, dims, loss])
+    return markdown_table(["variant", "MRR@10", "nDCG@10", "R@100", f"MRR x {BASELINE}", "doc dims", "query dims",
+                           "FLOPS", "APC rate before -> after", "APC probe doc dims before -> after",
+                           "MLM loss first -> last"], body)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -320,22 +301,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     out = Path(args.out)
     if not args.table:
         data = shared_data_dir()
         if data is None:
             raise SystemExit("../shared/data (msmarco-ko, kobigbird tokenizer) is not present")
-        dataset = subset_dataset(load_beir(data / "msmarco-ko", "dev"), args.max_queries, args.max_docs, args.seed)
+        dataset = subset_dataset(load_dataset(data / "msmarco-ko"), args.max_queries, args.max_docs, args.seed)
         logging.info("evaluating on %d queries, %d passages", len(dataset.queries), len(dataset.corpus))
         for name in args.only or DEFAULT_VARIANTS:
             t0 = time.perf_counter()
             for row in run_group(name, args, out, data, dataset):
                 logging.info("%s: %s (%.0fs)", row["name"], {k: row.get(k) for k in ("mrr@10", "ndcg@10")},
                              time.perf_counter() - t0)
-    print_table(out)
+    text = table(out)
+    print(text)
     if args.markdown:
-        Path(args.markdown).write_text(markdown_table(out), encoding="utf-8")
+        write_markdown(args.markdown, text)
 
 
 if __name__ == "__main__":
