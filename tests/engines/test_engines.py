@@ -65,3 +65,65 @@ def test_engine_registry_lists_importable_classes():
         assert engine_class(kind).kind == kind
     with pytest.raises(ValueError, match="local, opensearch"):
         engine_class("solr")
+
+
+def test_search_side_of_the_protocol_answers_alike(engine):
+    """vector_field, version, put_search_pipeline, check_search and search with a pipeline, on both engines."""
+    engine.create_index("ko")
+    field = engine.vector_field("ko")
+    assert (field.name, field.kind, field.key_format, field.nested_path) == \
+        (DEFAULT_VECTOR_FIELD, "rank_features", "word", None)
+    assert engine.version is None if engine.kind == "local" else engine.version[:2] == (3, 3)
+    engine.check_search("ko", 10)
+    engine.bulk("ko", [{"_id": did, "_source": {"text": "집 학교", DEFAULT_VECTOR_FIELD: vec}} for did, vec in DOCS.items()])
+    if engine.kind == "opensearch":
+        engine.client.indices.refresh(index="ko")
+    pipeline = {"phase_results_processors": [{"score-ranker-processor": {"combination": {"technique": "rrf"}}}]}
+    ref = engine.put_search_pipeline("p", pipeline)
+    assert ref == (pipeline if engine.kind == "local" else "p")
+    body = {"query": {"hybrid": {"queries": [
+        {"match": {"text": "학교"}},
+        {"neural_sparse": {DEFAULT_VECTOR_FIELD: {"query_tokens": {"학교": 1.0}}}}]}}}
+    hits = engine.search("ko", body, search_pipeline=ref)["hits"]["hits"]
+    assert hits[0]["_id"] == "d3"
+
+
+def test_document_writer_of_each_engine(engine):
+    if engine.kind == "opensearch":
+        with pytest.raises(LsrError, match="does not exist"):  # a missing index is refused before loading
+            engine.document_writer("missing")
+    engine.create_index("ko")
+    writer = engine.document_writer("ko")
+    outcomes = writer.write([{"_id": "d1", "_source": {"text": "집", DEFAULT_VECTOR_FIELD: DOCS["d1"]}}])
+    assert [o.ok for o in outcomes] == [True] and writer.state() == {}
+    writer.close()
+    body = {"query": {"neural_sparse": {DEFAULT_VECTOR_FIELD: {"query_tokens": {"집": 1.0}}}}}
+    assert [h["_id"] for h in engine.search("ko", body)["hits"]["hits"]] == ["d1"]
+
+
+def test_local_document_writer_refuses_split_passages(tmp_path):
+    with pytest.raises(LsrError, match="no nested fields"):
+        make_engine("local", tmp_path).document_writer("x", long_text="split")
+
+
+def test_registry_connects_from_command_options(tmp_path):
+    import click
+    from click.testing import CliRunner
+
+    from opensearch_lsr.engines import client_factory, connect, connection_options, export
+
+    local = connect("local", url="http://ignored:9200", user=None)
+    assert local.kind == "local" and local.version is None
+    factory = client_factory("opensearch", url="http://127.0.0.1:9", max_retries=0, unrelated="kept out")
+    assert factory() is not factory() and factory().transport.hosts[0]["port"] == 9  # a new client per call
+    with pytest.raises(ValueError, match="the local engine has no client from options"):
+        client_factory("local")
+
+    @click.command()
+    @connection_options("opensearch")
+    def show(**kw):
+        click.echo(kw["url"])
+
+    assert CliRunner().invoke(show, ["--url", "http://h:1"]).output.strip() == "http://h:1"
+    with pytest.raises(ValueError, match="the local engine has no export"):
+        export("local", "splade-tiny", tmp_path)
