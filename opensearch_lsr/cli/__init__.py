@@ -9,6 +9,7 @@ module             commands
 ``index``          ``index`` (the batch encoding job)
 ``search``         ``search``, ``eval``, ``inference-free``, ``quickstart``
 ``train``          ``train``
+``airgap``         ``airgap-kit``
 ``elasticsearch``  ``--target``/``--backend elasticsearch`` on ``export``, ``deploy-model``, ``index``, ``search``, ``eval``
 =================  ==========================================================================
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from . import deploy, index, search, train, transfer  # noqa: F401 - importing registers the commands
+from . import airgap, deploy, index, search, train, transfer  # noqa: F401 - importing registers the commands
 from . import elasticsearch  # noqa: F401,E402 - after deploy/index/search: adds --backend elasticsearch to them
 from .app import cli, echo_json, fail, user_errors
 
