@@ -1,4 +1,4 @@
-"""Issue 13 on a real cluster (marker ``opensearch``; ``docker compose up`` then ``pytest -m opensearch``).
+"""Regressions the double was corrected for, checked on a real cluster (marker ``opensearch``).
 
 Each test checks against the server what the double was corrected to do:
 1. model documents carry the function name in ``algorithm`` (deploy-model is idempotent);
