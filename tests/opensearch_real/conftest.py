@@ -53,8 +53,11 @@ def _client():
 @pytest.fixture(scope="session")
 def real_bundle(tmp_path_factory) -> Path:
     """SPLADE-tiny exported once for the session (the zips ML Commons deploys)."""
+    import torch
+
     from opensearch_lsr.opensearch.artifacts import export_bundle
 
+    torch.set_num_threads(1)  # a small shared machine: the node needs the other core
     bundle = tmp_path_factory.mktemp("real_bundle") / "bundle"
     export_bundle("splade-tiny", bundle, verify=False)
     return bundle
@@ -117,8 +120,8 @@ def _conn_args() -> list[str]:
 
 @pytest.fixture(scope="session")
 def run_cli(real_client):
-    """``run_cli(*args, ok=True)`` -> (exit code, output) of ``lsr-os`` with the cluster's connection flags
-    (appended only for commands that take them)."""
+    """``run_cli(*args, ok=True)`` -> (exit code, stdout) of ``lsr-os`` with the cluster's connection flags;
+    with ``ok=False`` -> (exit code, stderr without progress bars); ``conn=False`` leaves the flags out."""
     from click.testing import CliRunner
 
     from opensearch_lsr.cli import cli
@@ -128,6 +131,8 @@ def run_cli(real_client):
         res = CliRunner().invoke(cli, argv)
         if ok:
             assert res.exit_code == 0, res.output
-        return res.exit_code, res.output
+            return res.exit_code, res.stdout
+        # stderr without the progress bars of model loading: what a user reads
+        return res.exit_code, "\n".join(line for line in res.stderr.splitlines() if "\r" not in line and "it/s]" not in line)
 
     return run

@@ -1,7 +1,7 @@
 """The whole chain on a real node (marker ``opensearch``): deploy, _predict, indices, pipelines, every
 search mode, eval against the local backend, and the one-line errors; figures go to OPENSEARCH_FIGURES.
 
-Data: the first 200 judged msmarco-ko dev queries and 1,000 passages (their judged ones first), written
+Data: the first 100 judged msmarco-ko dev queries and 500 passages (their judged ones first), written
 as a BEIR folder so the cluster and the local backend see exactly the same corpus. Model: SPLADE-tiny
 (an English BertForMaskedLM; its Korean relevance is low, which does not matter for agreement).
 """
@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.opensearch
 
-N_QUERIES, N_DOCS = 200, 1000
+N_QUERIES, N_DOCS = 100, 500
 
 
 def _name(prefix: str) -> str:
@@ -139,7 +139,11 @@ def test_create_index_both_kinds(run_cli, real_client):
         run_cli("create-index", names[1], "--kind", "sparse_vector", "--vocab-size", 30522)
         props = [real_client.indices.get_mapping(index=n)[n]["mappings"]["properties"] for n in names]
         assert props[0]["sparse_embedding"]["type"] == "rank_features"
-        assert props[0]["text"]["analyzer"] == "nori"
+        analyzer = props[0]["text"]["analyzer"]
+        analysis = real_client.indices.get_settings(index=names[0])[names[0]]["settings"]["index"]["analysis"]
+        assert analysis["tokenizer"][analysis["analyzer"][analyzer]["tokenizer"]]["type"] == "nori_tokenizer"
+        tokens = real_client.indices.analyze(index=names[0], body={"field": "text", "text": "서울은 한국의 수도이다"})
+        assert [t["token"] for t in tokens["tokens"]][:2] == ["서울", "한국"]  # particles stopped by nori's POS filter
         assert props[1]["sparse_embedding"]["type"] == "sparse_vector"
     finally:
         for n in names:
@@ -214,12 +218,15 @@ def test_eval_through_the_cluster_equals_the_local_backend(run_cli, indices, sub
     cluster = json.loads(out)
     _, out = run_cli(*common, "--backend", "local", "--out", tmp_path / "local", conn=False)
     local = json.loads(out)
-    figures["eval"] = {"queries": cluster["config"]["n_queries"], "docs": cluster["config"]["n_docs"],
-                       "cluster": cluster["metrics"], "local": local["metrics"],
-                       "lexical_cluster": [{r["name"]: r["metrics"]} for r in cluster.get("lexical_rows", [])],
-                       "lexical_local": [{r["name"]: r["metrics"]} for r in local.get("lexical_rows", [])]}
+    figures["eval"] = {"queries": N_QUERIES, "docs": N_DOCS, "cluster": cluster["metrics"], "local": local["metrics"],
+                       "rows_cluster": cluster.get("rows"), "rows_local": local.get("rows")}
     for metric in ("mrr@10", "ndcg@10", "recall@100"):
         assert cluster["metrics"][metric] == pytest.approx(local["metrics"][metric], abs=5e-5), metric
+    # the nori BM25 row and the min-max hybrid: Lucene's nori + BM25 on the node vs the toolkit's NoriAnalyzer + BM25
+    for row_c, row_l in zip(cluster["rows"], local["rows"]):
+        assert row_c["system"] == row_l["system"]
+        for metric in ("mrr@10", "ndcg@10", "recall@100"):
+            assert row_c[metric] == pytest.approx(row_l[metric], abs=5e-5), (row_c["system"], metric)
 
 
 def _one_line_error(code: int, output: str) -> str:
