@@ -5,7 +5,7 @@ module             commands
 =================  ==========================================================================
 ``app``            the root group ``cli``, ``echo_json``, ``fail``, ``user_errors``
 ``transfer``       ``transfer sembridge|inspect|vt``, ``tokenizer train``
-``opensearch``     ``export``, ``deploy-model``, ``create-index``, ``create-pipeline`` (OpenSearch)
+``opensearch``     ``export``, ``deploy-model``, ``create-index``, ``create-pipeline``, ``airgap-kit`` (OpenSearch)
 ``index``          ``index`` (the batch encoding job; engines through the registry)
 ``search``         ``search``, ``eval`` (engines through the registry), ``inference-free``, ``quickstart``
 ``train``          ``train``

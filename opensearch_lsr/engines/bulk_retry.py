@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import LsrError
 from .base import BulkOutcome
 
-__all__ = ["BulkWriteError", "RequestFailed", "BulkRetry", "SendRound", "RetryingBulkWriter", "ClusterDocumentWriter",
+__all__ = ["with_cause", "BulkWriteError", "RequestFailed", "BulkRetry", "SendRound", "RetryingBulkWriter", "ClusterDocumentWriter",
            "is_retryable_status", "int_status"]
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,25 @@ class RequestFailed(LsrError, RuntimeError):
         super().__init__(self.message)
         self.error = error
         self.retryable = retryable
+
+
+def with_cause(error: Any) -> Any:
+    """A bulk item error whose ``reason`` also carries its ``caused_by`` chain.
+
+    OpenSearch answers a document its mapper refuses with ``mapper_parsing_exception`` "failed to parse"
+    and puts the useful part in ``caused_by`` (e.g. "featureValue must be a positive normal float ..." for a
+    zero ``rank_features`` weight; ``DocumentParser`` wraps what ``RankFeaturesFieldMapper.parse`` throws,
+    observed on OpenSearch 3.6.0), so the dead-letter reason joins them: "failed to parse: featureValue ...".
+    """
+    if not isinstance(error, dict):
+        return error
+    reasons, node = [], error
+    while isinstance(node, dict) and len(reasons) < 4:
+        reason = node.get("reason")
+        if reason and not any(str(reason) in r for r in reasons):
+            reasons.append(str(reason))
+        node = node.get("caused_by")
+    return {**error, "reason": ": ".join(reasons)} if len(reasons) > 1 else error
 
 
 def int_status(status: Any) -> int:
@@ -249,10 +268,10 @@ class RetryingBulkWriter(ABC):
             elif throttling_is_final and int_status(status) == 429:
                 throttled.append(did)
             elif is_retryable_status(status) and did in by_id:
-                last_status[did] = (int_status(status), info.get("error") or info)
+                last_status[did] = (int_status(status), with_cause(info.get("error") or info))
                 retry.append(by_id[did])
             else:
-                outcomes[did] = BulkOutcome(did, False, int_status(status), info.get("error") or info)
+                outcomes[did] = BulkOutcome(did, False, int_status(status), with_cause(info.get("error") or info))
         if request_error is not None:
             raise request_error
         if seen < len(pending):  # pragma: no cover - defensive: the helper yields one per action

@@ -31,6 +31,7 @@ from typing import Any, Callable, Literal
 
 from ..config import ArtifactConfig, read_json, sha256_file
 from .client import ClusterFeatures, detect_features
+from .djl_cache import DJL_DOWNLOAD_MARKERS as _DJL_DOWNLOAD_MARKERS
 from ..errors import LsrError
 
 __all__ = [
@@ -404,6 +405,9 @@ def deploy_hint(error: str) -> str:
       ``MLNodeUtils.checkOpenCircuitBreaker``: the memory one follows ``jvm_heap_memory_threshold``
       (100 disables it), the disk one ``disk_free_space_threshold`` (free bytes below it; default 5gb);
     * "model content changed": the stored chunks do not hash to the registered sha256;
+    * "publish.djl.ai" (the ``UnknownHostException`` ML Commons reports as the task error) or "Failed to save
+      pytorch index file": DJL could not download libtorch (ml-commons#3670); the fix is the seeded cache of
+      :mod:`.djl_cache` (proven on OpenSearch 3.6.0: the task error is exactly ``publish.djl.ai``);
     * "Failed to deploy model": DJL could not load or warm up the TorchScript; a bundle whose
       manifest says ``"ml_node_devices": ["cpu"]`` (exported before the device-agnostic trace)
       fails here on a GPU ML node (see ``lsr-os export --help``).
@@ -422,6 +426,11 @@ def deploy_hint(error: str) -> str:
     if "model content changed" in low:
         return (" The stored chunks do not hash to the registered sha256, so this model can never deploy;"
                 " delete it and rerun.")
+    if any(marker in low for marker in _DJL_DOWNLOAD_MARKERS):
+        return (" The ML node tried to download the PyTorch native libraries from publish.djl.ai and could not reach"
+                " it (an air-gapped node): seed <path.data>/ml_cache/pytorch/ on every ML node with the files of"
+                " `lsr-os airgap-kit --opensearch-version <version> --fetch --out DIR`, then rerun deploy-model"
+                " (no restart needed).")
     if "failed to deploy model" in low:
         return (" The node could not load or warm up the TorchScript (the node logs have the cause). On a GPU ML "
                 "node, check manifest.json: \"ml_node_devices\": [\"cpu\"] means an older export pinned to CPU; "

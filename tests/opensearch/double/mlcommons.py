@@ -94,6 +94,8 @@ class MLCommonsMixin:
                                           "model_content_hash_value": self.models[mid]["model_content_hash_value"]}
             return 200, self._search_docs(docs, self._json(body))
         if len(segs) == 2 and segs[0] == "models" and method == "GET":
+            if segs[1] not in self.models:  # ml-commons 3.6.0.0 GetModelTransportAction.java:176
+                raise ApiError(404, "status_exception", f"Failed to find model with the provided model id: {segs[1]}")
             model = self._model(segs[1])
             return 200, {k: v for k, v in model.items() if not k.startswith("_")}
         if len(segs) == 2 and segs[0] == "models" and method == "DELETE":
@@ -242,6 +244,11 @@ class MLCommonsMixin:
             data = b"".join(chunks[i] for i in sorted(chunks))
             if len(chunks) != model["total_chunks"] or hashlib.sha256(data).hexdigest() != model["model_content_hash_value"]:
                 raise RuntimeError("model content changed")
+            if not self.djl_cache_seeded and model["algorithm"] == "SPARSE_ENCODING":
+                # DJL's LibUtils.downloadPyTorch throws on the unreachable host; ML Commons reports the root
+                # cause's message as the task error: exactly "publish.djl.ai" (observed on OpenSearch 3.6.0).
+                # SPARSE_TOKENIZE loads only a HuggingFaceTokenizer (SparseTokenizerModel.doLoadModel), no engine.
+                raise RuntimeError("publish.djl.ai")
             zip_path = Path(self._tmp.name) / f"{model_id}.zip"
             zip_path.write_bytes(data)
             try:

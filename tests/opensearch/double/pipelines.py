@@ -92,10 +92,13 @@ class PipelinesMixin:
                 if prune_type in ("max_ratio", "alpha_mass") and not 0 <= ratio < 1:
                     raise ApiError(400, "illegal_argument_exception",
                                    f"Illegal prune_ratio {ratio:f} for prune_type: {prune_type}. prune_ratio should be in the range [0, 1).")
+                # neural-search 3.6.0.0 NeuralSparseTwoPhaseProcessor.java:82/88 (the %n is the source's own)
                 if float(params.get("expansion_rate", 5.0)) < 1.0:
-                    raise ApiError(400, "illegal_argument_exception", "two_phase_parameter.expansion_rate must be >= 1.0")
+                    raise ApiError(400, "illegal_argument_exception", "The two_phase_parameter.expansion_rate must >= 1.0. "
+                                   f"Received: {float(params.get('expansion_rate')):f}")
                 if int(params.get("max_window_size", 10000)) < 50:
-                    raise ApiError(400, "illegal_argument_exception", "two_phase_parameter.max_window_size must be >= 50")
+                    raise ApiError(400, "illegal_argument_exception", "The two_phase_parameter.max_window_size must >= 50. "
+                                   f"Received: \n{int(params.get('max_window_size'))}")
             elif ptype == "neural_query_enricher":
                 pass
             else:

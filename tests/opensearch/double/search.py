@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from .store import ApiError, Index, eval_query, f32
+from .store import ApiError, Index, ShardQueryError, eval_query, f32
 
 #: neural-search SparseAnnQueryBuilder defaults (3.3.0.0): k, top_n (DEFAULT_QUERY_CUT), heap_factor
 _ANN_DEFAULTS = {"k": 10, "top_n": 10, "heap_factor": 1.0}
@@ -151,9 +151,11 @@ class SearchMixin:
             if not str(query_text or "").strip() or not str(model_id or "").strip():
                 raise ApiError(400, "illegal_argument_exception", "query_text and model_id cannot be null")
             fmt = "token_id" if (is_ann and fname in idx.sparse_ann_fields()) else "word"
+            if model_id not in self.models:  # the model is looked up with GetModel (ml-commons GetModelTransportAction)
+                raise ApiError(404, "status_exception", f"Failed to find model with the provided model id: {model_id}")
             tokens = self.predict_map(model_id, [query_text], fmt)[0]
         if not is_ann and ftype != "rank_features":
-            raise ApiError(400, "illegal_argument_exception", "[neural_sparse] query only works on [rank_features] fields")
+            raise ShardQueryError("[neural_sparse] query only works on [rank_features] fields", idx.name)
         tokens = {str(k): float(v) for k, v in tokens.items()}
         limit = None
         method_params = clause.get("method_parameters")
@@ -177,7 +179,7 @@ class SearchMixin:
         for token, weight in tokens.items():
             w = f32(weight)
             if not (0 < w <= 64.0):  # FeatureField.newLinearQuery
-                raise ApiError(400, "illegal_argument_exception", f"weight must be in (0, 64.0], got: {w!r}")
+                raise ShardQueryError(f"weight must be in (0, 64.0], got: {w!r}", idx.name)
         boost = float(clause.get("boost", 1.0))
         scores: dict[str, float] = {}
         for doc_id, doc in docs.items():

@@ -125,6 +125,9 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
         self.heap_used_percent = 40
         self.disk_free_bytes = 100 << 30
         self.fail_deploy_error: str | None = None
+        #: False emulates an ML node that cannot reach publish.djl.ai and has no seeded PyTorch cache
+        #: (``<path.data>/ml_cache/pytorch/<version>-cpu-precxx11-linux-x86_64``): SPARSE_ENCODING deploys fail
+        self.djl_cache_seeded = True
         self.corrupt_chunks = 0
         self.reject_bulk_items = 0
         self.lock = threading.RLock()
@@ -301,7 +304,8 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
             for key, value in (body.get(scope) or {}).items():
                 # AbstractScopedSettings.updateSettings: deleting (null) an unknown key is allowed
                 if key not in KNOWN_SETTINGS and value is not None:
-                    raise ApiError(400, "illegal_argument_exception", f"{scope} setting [{key}], not recognized")
+                    # a SettingsException (type settings_exception), observed on OpenSearch 3.6.0
+                    raise ApiError(400, "settings_exception", f"{scope} setting [{key}], not recognized")
         for scope in ("persistent", "transient"):
             for key, value in (body.get(scope) or {}).items():
                 if value is None:  # null resets to the default
@@ -329,11 +333,14 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
             if method in ("GET", "HEAD"):
                 idx = self._get_index(name)
                 return 200, {name: {"settings": _nest(idx.settings), "mappings": idx.mappings, "aliases": {}}}
-            if method == "DELETE":
-                if name not in self.indices and _truthy_param(query.get("ignore_unavailable")):
-                    return 200, {"acknowledged": True}  # IndicesOptions.ignoreUnavailable
-                self._get_index(name)
-                del self.indices[name]
+            if method == "DELETE":  # a comma-separated list deletes each (all must exist unless ignore_unavailable)
+                names = name.split(",")
+                if _truthy_param(query.get("ignore_unavailable")):
+                    names = [n for n in names if n in self.indices]
+                for one in names:
+                    self._get_index(one)
+                for one in names:
+                    del self.indices[one]
                 return 200, {"acknowledged": True}
         if rest == ["_settings"] and method == "PUT":
             idx = self._get_index(name)
@@ -419,8 +426,7 @@ class OpenSearchDouble(MLCommonsMixin, PipelinesMixin, SearchMixin):
             return {"_index": index_name, "_id": doc_id, "_version": version, "result": result,
                     "_shards": {"total": 1, "successful": 1, "failed": 0}, "status": 201 if result == "created" else 200}
         except ApiError as err:
-            return {"_index": index_name, "_id": doc_id, "status": err.status,
-                    "error": {"type": err.type, "reason": err.reason}}
+            return {"_index": index_name, "_id": doc_id, "status": err.status, "error": err.item()}
 
     def _maybe_refresh(self, index: str | None, query: dict) -> None:
         if query.get("refresh") in ("true", "", "wait_for"):

@@ -28,15 +28,40 @@ _CJK = re.compile(r"[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u9fff\uac00-
 class ApiError(Exception):
     """An OpenSearch-shaped error: HTTP status, exception type and reason."""
 
-    def __init__(self, status: int, type_: str, reason: str) -> None:
+    def __init__(self, status: int, type_: str, reason: str, caused_by: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.type = type_
         self.reason = reason
+        self.caused_by = caused_by
+
+    def item(self) -> dict[str, Any]:
+        """The error object of a ``_bulk`` item (type, reason and the ``caused_by`` chain)."""
+        return {"type": self.type, "reason": self.reason, **({"caused_by": self.caused_by} if self.caused_by else {})}
 
     def body(self) -> dict[str, Any]:
-        cause = {"type": self.type, "reason": self.reason}
-        return {"error": {"root_cause": [cause], **cause}, "status": self.status}
+        return {"error": {"root_cause": [{"type": self.type, "reason": self.reason}], **self.item()},
+                "status": self.status}
+
+
+class ShardQueryError(ApiError):
+    """An error thrown while a shard builds the Lucene query (``doToQuery``): OpenSearch answers
+    ``search_phase_execution_exception`` "all shards failed" whose root cause is a ``query_shard_exception``
+    "failed to create query: <reason>" caused by the original ``illegal_argument_exception``
+    (``QueryShardContext.toQuery``; observed on OpenSearch 3.6.0 for ``FeatureField.newLinearQuery``'s
+    weight check and neural-search's rank_features check)."""
+
+    def __init__(self, reason: str, index: str) -> None:
+        super().__init__(400, "search_phase_execution_exception", "all shards failed")
+        self.inner = reason
+        self.index = index
+
+    def body(self) -> dict[str, Any]:
+        shard = {"type": "query_shard_exception", "reason": f"failed to create query: {self.inner}", "index": self.index}
+        caused = {**shard, "caused_by": {"type": "illegal_argument_exception", "reason": self.inner}}
+        return {"error": {"root_cause": [shard], "type": self.type, "reason": self.reason, "phase": "query",
+                          "grouped": True, "failed_shards": [{"shard": 0, "index": self.index, "reason": caused}],
+                          "caused_by": caused}, "status": self.status}
 
 
 def trunc9(value: float) -> float:
@@ -261,6 +286,19 @@ class Index:
         return out
 
     def _parse_features(self, name: str, value: Any, doc_id: str, *, sparse: bool) -> dict[str, float]:
+        """Parse one vector field. ``rank_features`` errors come back as ``mapper_parsing_exception`` "failed to
+        parse" with the mapper's own exception as ``caused_by``: ``RankFeaturesFieldMapper`` overrides ``parse``
+        (no per-field "failed to parse field [..]" wrapper) and ``DocumentParser`` wraps what it throws (observed
+        on OpenSearch 3.6.0; the Lucene 10 ``FeatureField`` text "for feature a on field v")."""
+        if sparse:
+            return self._parse_features_raw(name, value, doc_id, sparse=True)
+        try:
+            return self._parse_features_raw(name, value, doc_id, sparse=False)
+        except ApiError as err:
+            inner = err.caused_by or {"type": err.type, "reason": err.reason}
+            raise ApiError(400, "mapper_parsing_exception", "failed to parse", caused_by=inner) from None
+
+    def _parse_features_raw(self, name: str, value: Any, doc_id: str, *, sparse: bool) -> dict[str, float]:
         kind = "sparse_vector" if sparse else "rank_features"
         prefix = f"failed to parse field [{name}] of type [{kind}] in document with id '{doc_id}'. "
         if not isinstance(value, dict):
@@ -282,16 +320,17 @@ class Index:
                 try:
                     weight = float(weight.strip())
                 except ValueError:
-                    raise ApiError(400, "mapper_parsing_exception",
-                                   prefix + f"For input string: \"{weight}\"") from None
+                    raise ApiError(400, "mapper_parsing_exception", prefix + f"For input string: \"{weight}\"",
+                                   caused_by={"type": "number_format_exception",
+                                              "reason": f"For input string: \"{weight}\""}) from None
             if isinstance(weight, bool) or not isinstance(weight, (int, float)):
                 raise ApiError(400, "mapper_parsing_exception",
                                prefix + f"[{kind}] fields take hashes that map a feature to a strictly positive float, but got unexpected token {type(weight).__name__}")
             w = f32(float(weight))
             if not math.isfinite(w) or w < FLOAT_MIN_NORMAL:
                 raise ApiError(400, "illegal_argument_exception",
-                               f"featureValue must be a positive normal float, got: {weight} for feature: {token} "
-                               f"which is less than the minimum positive normal float: {FLOAT_MIN_NORMAL}")
+                               f"featureValue must be a positive normal float, got: {float(weight)} for feature {token} "
+                               f"on field {name} which is less than the minimum positive normal float: 1.1754944E-38")
             out[token] = trunc9(w)
         return out
 
