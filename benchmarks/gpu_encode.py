@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,9 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
 from opensearch_lsr.encoding.packed import Segments, flops_per_token  # noqa: E402
@@ -46,21 +47,12 @@ from opensearch_lsr.encoding.token_batches import token_budget_batches  # noqa: 
 
 # ---------------------------------------------------------------------------------------------- basics
 def machine() -> dict:
+    """The harness's machine description, plus transformers' version and the commit (``LSR_COMMIT`` wins:
+    a copy of the tree on another machine may carry a stale ``.git``)."""
     import transformers
 
-    info = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "cpu_count": os.cpu_count(), "platform": platform.platform()}
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["cuda"] = torch.version.cuda
-    info["commit"] = os.environ.get("LSR_COMMIT")  # a copy of the tree on another machine may carry a stale .git
-    if not info["commit"]:
-        try:
-            info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                            text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            info["commit"] = "unknown"
-    return info
+    return {**harness.machine(), "transformers": transformers.__version__,
+            "commit": os.environ.get("LSR_COMMIT") or harness.git_commit()}
 
 
 def sync(device: torch.device) -> None:
@@ -424,8 +416,8 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [f"# GPU batch encoding: padded reference vs packed batching", "",
              f"Command: `{result['command']}`  ",
-             f"Machine: {m.get('gpu', 'CPU only')}, torch {m['torch']}, transformers {m['transformers']}, "
-             f"{m['cpu_count']} CPUs; commit {m['commit']}; {result['date']}  ",
+             f"Machine: {harness.describe(m)}; transformers {m['transformers']}; commit {m['commit']}; "
+             f"{result['date']}  ",
              f"Measured peak ({result['peak_what']}): **{result['peak_tflops']:.0f} TFLOP/s**", ""]
     for r in result["models"]:
         lines += [f"## {r['model']}: {r.get('docs')} documents, {r.get('mean_tokens')} tokens each, "
@@ -489,8 +481,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["peak_tflops"] = peak_tflops(device, n)
 
     def save() -> None:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1, ensure_ascii=False))
+        harness.write_json(args.out, result)
         if args.md:
             Path(args.md).write_text(markdown(result))
 
