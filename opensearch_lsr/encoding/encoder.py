@@ -235,7 +235,8 @@ class SparseDocumentEncoder:
     # ------------------------------------------------------------------ set-up helpers
     def _packed_runner(self, batching: Batching, max_batch_tokens: int | None, compile: bool = False):
         """The packed runner for ``batching`` (``None``: the padded reference path encodes)."""
-        from .packed import default_vocab_chunk, packed_model
+        from .packed import default_vocab_chunk
+        from .packed_layouts import packed_model
         from .packed_runner import PackedRunner
         from .token_batches import default_max_batch_tokens
 

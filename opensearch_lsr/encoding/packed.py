@@ -11,8 +11,9 @@ multiplied.
 
 Weights are cast to the compute dtype once, when the packed model is built; the residual stream and every
 LayerNorm stay in float32 (as autocast would run them). The layouts are those of transformers' BERT,
-RoBERTa / XLM-R (positions start at ``padding_idx + 1``) and DistilBERT masked LMs; :func:`packed_model`
-returns ``None`` for any other model, and the encoder then runs its padded reference path.
+RoBERTa / XLM-R (positions start at ``padding_idx + 1``) and DistilBERT masked LMs, and ModernBERT's own
+block (:mod:`.packed_modernbert`); :func:`.packed_layouts.packed_model` builds one from a Hugging Face model
+(``None`` for any other layout: the encoder then runs its padded reference path).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Segments", "PackedMLM", "packed_model", "varlen_available", "default_vocab_chunk", "flops_per_token"]
+__all__ = ["Segments", "PackedMLM", "padded_attention", "varlen_available", "default_vocab_chunk", "flops_per_token",
+           "cast_weight", "layer_norm_params", "head_transform", "PostLNBlock"]
 
 
 @dataclass
@@ -84,9 +86,11 @@ def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
     return True
 
 
-def _padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: Segments) -> torch.Tensor:
+def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: Segments,
+                     window: int | None = None) -> torch.Tensor:
     """Attention of packed ``[T, heads, d]`` q/k/v through a padded ``[n, heads, L, d]`` view (SDPA with a
-    key mask); padded rows are zeros, masked out as keys and dropped as queries."""
+    key mask; ``window``: keys within that many positions only); padded rows are zeros, masked out as keys
+    and dropped as queries."""
     n, L = len(seg.lengths), seg.max_len
     heads, d = q.shape[1], q.shape[2]
 
@@ -95,12 +99,15 @@ def _padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: Se
         out.index_copy_(0, seg.pad_slots, x)
         return out.view(n, L, heads, d).transpose(1, 2)
 
-    key_mask = (torch.arange(L, device=q.device)[None, :] < seg.lengths[:, None])[:, None, None, :]
-    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=key_mask)
+    span = torch.arange(L, device=q.device)
+    mask = (span[None, :] < seg.lengths[:, None])[:, None, None, :]
+    if window is not None:
+        mask = mask & ((span[:, None] - span[None, :]).abs() <= window)[None, None]
+    out = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=mask)
     return out.transpose(1, 2).reshape(n * L, heads, d).index_select(0, seg.pad_slots)
 
 
-class _Layer(NamedTuple):
+class PostLNBlock(NamedTuple):
     """One post-LN transformer block (BERT / RoBERTa / DistilBERT): weights in the compute dtype,
     LayerNorm parameters in float32."""
 
@@ -128,13 +135,13 @@ def _add_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torc
 class PackedMLM:
     """Body and MLM head of a BERT-family masked LM over packed documents.
 
-    Built by :func:`packed_model`; :meth:`pooled_max` is the whole forward: max over each document's
+    Built by :func:`.packed_layouts.packed_model`; :meth:`pooled_max` is the whole forward: max over each document's
     tokens of the MLM logits, ``[n, V]`` float32 (the activation is the encoder's).
     """
 
     def __init__(self, *, word: torch.Tensor, position: torch.Tensor, token_type: torch.Tensor | None,
                  emb_ln: tuple[torch.Tensor, torch.Tensor, float], position_offset: int, heads: int,
-                 layers: list[_Layer], transform: Callable[[torch.Tensor], torch.Tensor],
+                 layers: list[PostLNBlock], transform: Callable[[torch.Tensor], torch.Tensor],
                  decoder_w: torch.Tensor, decoder_b: torch.Tensor | None, dtype: torch.dtype,
                  vocab_chunk: int, segment_max: str = "reduce", row_block: int | None = None,
                  compile: bool = False) -> None:
@@ -149,9 +156,9 @@ class PackedMLM:
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b
         self.dtype = dtype
-        # the decoder in vocabulary chunks, each transposed and contiguous: ``addmm(b, h, w_t)`` over a
-        # ``[H, chunk]`` block is several times ``linear(h, w)`` on CPU (oneDNN), and as fast on a GPU
-        self.decoder_t = [decoder_w[s:s + vocab_chunk].t().contiguous() for s in range(0, decoder_w.shape[0], vocab_chunk)]
+        # the decoder in vocabulary chunks, transposed once into contiguous ``[H, chunk]`` blocks for ``addmm``
+        self.decoder_t = [decoder_w[s:s + vocab_chunk].t().contiguous()
+                          for s in range(0, decoder_w.shape[0], vocab_chunk)]
         self.vocab_chunk = vocab_chunk
         self.device = word.device
         self.vocab_size = int(decoder_w.shape[0])
@@ -168,7 +175,7 @@ class PackedMLM:
             except (RuntimeError, TypeError, NotImplementedError) as err:  # an older or partial torch build
                 logger.warning("varlen attention failed (%s); using padded SDPA from now on", err)
                 self.use_varlen = False
-        return _padded_attention(q, k, v, seg)
+        return padded_attention(q, k, v, seg)
 
     def hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """The head-transformed hidden state of every packed token, ``[T, H]`` in the compute dtype."""
@@ -252,47 +259,25 @@ class PackedMLM:
         return groups
 
 
-def _cast(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+def cast_weight(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     return None if t is None else t.detach().to(dtype).contiguous()
 
 
-def _ln(module: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
+def layer_norm_params(module: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
     weight = module.weight.detach().float()
     bias = module.bias.detach().float() if module.bias is not None else torch.zeros_like(weight)
     return weight, bias, float(module.eps)
 
 
-def _bert_layer(layer: Any, dtype: torch.dtype) -> _Layer:
-    att = layer.attention
-    q, k, v = att.self.query, att.self.key, att.self.value
-    return _Layer(
-        _cast(torch.cat([q.weight, k.weight, v.weight]), dtype), _cast(torch.cat([q.bias, k.bias, v.bias]), dtype),
-        _cast(att.output.dense.weight, dtype), _cast(att.output.dense.bias, dtype), _ln(att.output.LayerNorm),
-        _cast(layer.intermediate.dense.weight, dtype), _cast(layer.intermediate.dense.bias, dtype),
-        layer.intermediate.intermediate_act_fn,
-        _cast(layer.output.dense.weight, dtype), _cast(layer.output.dense.bias, dtype), _ln(layer.output.LayerNorm))
+def head_transform(dense: Any, act: Callable, norm: Any, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The MLM head's transform (``dense`` -> activation -> LayerNorm ``norm``), weights cast once; its input
+    and output in the compute dtype."""
+    dense_w, dense_b, ln = cast_weight(dense.weight, dtype), cast_weight(dense.bias, dtype), layer_norm_params(norm)
 
-
-def _distilbert_layer(layer: Any, dtype: torch.dtype) -> _Layer:
-    att, ffn = layer.attention, layer.ffn
-    return _Layer(
-        _cast(torch.cat([att.q_lin.weight, att.k_lin.weight, att.v_lin.weight]), dtype),
-        _cast(torch.cat([att.q_lin.bias, att.k_lin.bias, att.v_lin.bias]), dtype),
-        _cast(att.out_lin.weight, dtype), _cast(att.out_lin.bias, dtype), _ln(layer.sa_layer_norm),
-        _cast(ffn.lin1.weight, dtype), _cast(ffn.lin1.bias, dtype), ffn.activation,
-        _cast(ffn.lin2.weight, dtype), _cast(ffn.lin2.bias, dtype), _ln(layer.output_layer_norm))
-
-
-def _transform(dense_w: torch.Tensor, dense_b: torch.Tensor, act: Callable, ln: tuple, dtype: torch.dtype):
-    """The MLM head's transform (dense -> activation -> LayerNorm); its output in the compute dtype."""
     def run(x: torch.Tensor) -> torch.Tensor:
         y = act(F.linear(x, dense_w, dense_b))
         return F.layer_norm(y.float(), y.shape[-1:], ln[0], ln[1], ln[2]).to(dtype)
     return run
-
-
-def _gelu(x: torch.Tensor) -> torch.Tensor:
-    return F.gelu(x)
 
 
 def default_vocab_chunk(tokens_per_batch: int, vocab: int, device_type: str) -> int:
@@ -300,55 +285,6 @@ def default_vocab_chunk(tokens_per_batch: int, vocab: int, device_type: str) -> 
     if device_type == "cuda":
         return max(1024, min(vocab, (256 << 20) // max(1, tokens_per_batch)))
     return 2048
-
-
-def packed_model(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_max: str = "reduce",
-                 row_block: int | None = None, compile: bool = False) -> PackedMLM | None:
-    """A :class:`PackedMLM` over ``model``'s weights (cast once to ``dtype``), or ``None`` when the layout is
-    not one this module knows (absolute positions, post-LN blocks, the families named in the module doc)."""
-    kind = type(model).__name__
-    cfg = model.config
-    if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
-        return None
-    with torch.no_grad():
-        if kind in ("BertForMaskedLM", "RobertaForMaskedLM", "XLMRobertaForMaskedLM"):
-            base = model.bert if kind == "BertForMaskedLM" else model.roberta
-            emb = base.embeddings
-            if kind == "BertForMaskedLM":
-                pred = model.cls.predictions
-                t = pred.transform
-                transform = _transform(_cast(t.dense.weight, dtype), _cast(t.dense.bias, dtype),
-                                       t.transform_act_fn, _ln(t.LayerNorm), dtype)
-                dec = pred.decoder
-                bias = dec.bias if dec.bias is not None else getattr(pred, "bias", None)
-                offset = 0
-            else:
-                head = model.lm_head
-                transform = _transform(_cast(head.dense.weight, dtype), _cast(head.dense.bias, dtype), _gelu,
-                                       _ln(head.layer_norm), dtype)
-                dec = head.decoder
-                bias = dec.bias if dec.bias is not None else head.bias
-                offset = int(cfg.pad_token_id) + 1  # RobertaEmbeddings.create_position_ids_from_input_ids
-            token_type = emb.token_type_embeddings.weight[0].detach().float() if hasattr(
-                emb, "token_type_embeddings") else None
-            layers = [_bert_layer(layer, dtype) for layer in base.encoder.layer]
-            heads = int(cfg.num_attention_heads)
-            word, position, emb_ln = emb.word_embeddings.weight, emb.position_embeddings.weight, _ln(emb.LayerNorm)
-        elif kind == "DistilBertForMaskedLM":
-            emb = model.distilbert.embeddings
-            transform = _transform(_cast(model.vocab_transform.weight, dtype), _cast(model.vocab_transform.bias, dtype),
-                                   model.activation, _ln(model.vocab_layer_norm), dtype)
-            dec, bias, offset, token_type = model.vocab_projector, model.vocab_projector.bias, 0, None
-            layers = [_distilbert_layer(layer, dtype) for layer in model.distilbert.transformer.layer]
-            heads = int(cfg.n_heads)
-            word, position, emb_ln = emb.word_embeddings.weight, emb.position_embeddings.weight, _ln(emb.LayerNorm)
-        else:
-            return None
-        return PackedMLM(word=word.detach().float(), position=position.detach().float(), token_type=token_type,
-                         emb_ln=emb_ln, position_offset=offset, heads=heads, layers=layers, transform=transform,
-                         decoder_w=_cast(dec.weight, dtype), decoder_b=_cast(bias, dtype), dtype=dtype,
-                         vocab_chunk=int(vocab_chunk), segment_max=segment_max, row_block=row_block,
-                         compile=compile)
 
 
 def flops_per_token(model: Any) -> float:

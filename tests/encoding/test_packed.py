@@ -12,7 +12,8 @@ import torch
 from opensearch_lsr.encoding.device_sparse import sparsify
 from opensearch_lsr.encoding.encode_pipeline import PipelinedEncoder
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-from opensearch_lsr.encoding.packed import Segments, packed_model
+from opensearch_lsr.encoding.packed import Segments
+from opensearch_lsr.encoding.packed_layouts import packed_model
 from opensearch_lsr.encoding.token_batches import token_budget_batches
 from opensearch_lsr.encoding.token_ids import OnceTokenizer, concat_tokenized
 
@@ -70,8 +71,9 @@ def test_token_budget_batches_take_every_document_once_within_budget(padded):
 
 # ---------------------------------------------------------------------------------------------- packed body
 def _tiny_models():
-    from transformers import (BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM, RobertaConfig,
-                              RobertaForMaskedLM, XLMRobertaConfig, XLMRobertaForMaskedLM)
+    from transformers import (BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM, ModernBertConfig,
+                              ModernBertForMaskedLM, RobertaConfig, RobertaForMaskedLM, XLMRobertaConfig,
+                              XLMRobertaForMaskedLM)
 
     torch.manual_seed(0)
     common = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -81,10 +83,15 @@ def _tiny_models():
         "xlm-roberta": (XLMRobertaForMaskedLM(XLMRobertaConfig(max_position_embeddings=70, pad_token_id=1, **common)), 1),
         "distilbert": (DistilBertForMaskedLM(DistilBertConfig(vocab_size=300, dim=32, n_layers=2, n_heads=4,
                                                               hidden_dim=64, max_position_embeddings=64)), 0),
+        # global and local (window 4 < the longest document) layers alternate
+        "modernbert": (ModernBertForMaskedLM(ModernBertConfig(
+            vocab_size=300, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=48,
+            local_attention=8, global_attn_every_n_layers=2, max_position_embeddings=128, pad_token_id=0,
+            bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)), 0),
     }
 
 
-@pytest.mark.parametrize("name", ["bert", "roberta", "xlm-roberta", "distilbert"])
+@pytest.mark.parametrize("name", ["bert", "roberta", "xlm-roberta", "distilbert", "modernbert"])
 @pytest.mark.parametrize("segment_max,row_block", [("reduce", None), ("gather", None), ("rows", None), ("rows", 20)])
 def test_packed_body_and_head_equal_the_padded_hugging_face_forward(name, segment_max, row_block):
     model, pad = _tiny_models()[name]
@@ -105,12 +112,14 @@ def test_packed_body_and_head_equal_the_padded_hugging_face_forward(name, segmen
 
 
 def test_unknown_layouts_fall_back_to_padded_batching(tiny_source_dir):
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
+    from transformers import BertConfig, BertForMaskedLM, ElectraConfig, ElectraForMaskedLM
 
-    model = ModernBertForMaskedLM(ModernBertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                                                   num_attention_heads=2, intermediate_size=48, pad_token_id=0,
-                                                   bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2))
-    assert packed_model(model, torch.float32, vocab_chunk=64) is None
+    relative = BertForMaskedLM(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=48, position_embedding_type="relative_key"))
+    electra = ElectraForMaskedLM(ElectraConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                                               num_attention_heads=2, intermediate_size=48))
+    assert packed_model(relative, torch.float32, vocab_chunk=64) is None
+    assert packed_model(electra, torch.float32, vocab_chunk=64) is None
     enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="padded")
     assert enc.runner is None and enc.batching == "padded"
     with pytest.raises(ValueError, match="batching"):
