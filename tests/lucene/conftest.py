@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def lucene():
-    from harness import Lucene, unavailable
+    from lucene_runner import Lucene, unavailable
 
     why = unavailable()
     if why:

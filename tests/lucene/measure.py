@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Lucene, clean  # noqa: E402
+from lucene_runner import Lucene, clean  # noqa: E402
 
 
 def mrr10(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> float:

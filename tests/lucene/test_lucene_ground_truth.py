@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import clean
+from lucene_runner import clean
 from measure import Pretokenized, compare_runs, mrr10
 
 #: sentences on which the toolkit's analyzer and nori agree exactly (particles, endings, inflections, compounds,
