@@ -12,7 +12,13 @@ Where the time goes (profiled on SPLADE-tiny: 2 layers, hidden 128, 30,522 vocab
 per Korean passage): the transformer body is ~10 % of the cost; the MLM decoder (hidden x vocabulary
 per token, 0.25 GFLOP per 32 tokens) and, in sentence-transformers, the elementwise passes over the
 materialised ``[batch, length, vocab]`` logits (mask multiply, relu, log1p, max: ~200 M elements per
-batch of 32) are the rest. This encoder therefore
+batch of 32) are the rest.
+
+:meth:`SparseDocumentEncoder.encode` runs **packed batching** by default wherever the model's layout is known
+(``batching="auto"``; :mod:`.packed_runner`): tokenized once, documents concatenated into token-budgeted
+batches without padding, weights cast once, vectors sparsified on the device, several batches in flight
+(``benchmarks/results/gpu_encode.md``). The padded path below (``batching="padded"``, and always
+:meth:`~SparseDocumentEncoder.encode_dense`) is the reference; it
 
 * runs the body once per length-sorted micro-batch (little padding) under ``torch.inference_mode``;
 * applies the head's transform (dense + gelu + LayerNorm for BERT) to real tokens only (packed);
