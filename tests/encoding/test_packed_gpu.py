@@ -1,0 +1,67 @@
+"""Packed batching on a CUDA device: the varlen kernels, device sparsification without host syncs, bf16 vs the
+padded path (``pytest -m gpu``; the default suite deselects these, and they skip without CUDA)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+from opensearch_lsr.encoding.packed import Segments, padded_attention
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+TEXTS = ["the cat is in the house", "seoul is the capital of korea", "a dog", "paris",
+         "the river water of the city of paris france is a road " * 60, "books school cats dogs"] * 20
+
+
+def _jaccard(a, b) -> float:
+    return float(np.mean([len(np.intersect1d(x.ids, y.ids)) / max(1, len(np.union1d(x.ids, y.ids)))
+                          for x, y in zip(a, b)]))
+
+
+def test_packed_fp32_on_cuda_equals_the_padded_path(splade_tiny_dir):
+    ref = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp32", batching="padded")
+    new = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp32", batching="packed")
+    for x, y in zip(ref.encode(TEXTS), new.encode(TEXTS)):
+        assert np.array_equal(x.ids, y.ids) and np.abs(x.weights - y.weights).max(initial=0.0) <= 1e-5
+
+
+def test_packed_bf16_uses_varlen_and_is_as_close_to_fp32_as_the_padded_bf16(splade_tiny_dir):
+    fp32 = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp32", batching="padded").encode(TEXTS)
+    new = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="bf16", batching="packed")
+    ref = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="bf16", batching="padded")
+    packed, padded = new.encode(TEXTS), ref.encode(TEXTS)
+    assert new.runner.model.use_varlen
+    assert _jaccard(packed, fp32) >= _jaccard(padded, fp32) - 0.01
+
+
+def test_launching_a_packed_batch_does_not_synchronise(splade_tiny_dir):
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cuda", batching="packed")
+    tokens = enc.once_tokenizer(TEXTS)
+    enc.runner.launch(tokens).result()  # warm-up (allocator, kernels)
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pending = enc.runner.launch(tokens)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert not [w for w in caught if "synchroniz" in str(w.message).lower()]
+    vectors, _ = pending.result()
+    assert len(vectors) == len(TEXTS)
+
+
+def test_varlen_window_equals_the_padded_band_mask():
+    torch.manual_seed(0)
+    lengths = np.array([5, 40, 17, 90])
+    seg = Segments.from_lengths(lengths, torch.device("cuda"))
+    q, k, v = (torch.randn(int(lengths.sum()), 4, 32, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    from torch.nn.attention.varlen import varlen_attn
+
+    got = varlen_attn(q, k, v, seg.cu_seqlens, seg.cu_seqlens, seg.max_len, seg.max_len, window_size=(8, 8))
+    expected = padded_attention(q, k, v, seg, window=8)
+    assert (got.float() - expected.float()).abs().max().item() < 2e-2
