@@ -10,11 +10,9 @@ up`` then ``pytest -m opensearch``):
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import pytest
-from click.testing import CliRunner
 
 pytestmark = pytest.mark.opensearch
 
@@ -26,23 +24,10 @@ DOCS = {
 }
 
 
-def _conn() -> list[str]:
-    args = ["--url", os.environ["OPENSEARCH_URL"], "--request-timeout", "300"]
-    for env, flag in (("OPENSEARCH_USER", "--user"), ("OPENSEARCH_PASSWORD", "--password"),
-                      ("OPENSEARCH_CA_CERTS", "--ca-certs"), ("AWS_REGION", "--aws-region")):
-        if os.environ.get(env):
-            args += [flag, os.environ[env]]
-    if os.environ.get("OPENSEARCH_INSECURE") == "1":
-        args.append("--insecure")
-    return args
-
-
-def _cli(*args) -> str:
-    from opensearch_lsr.cli import cli
-
-    res = CliRunner().invoke(cli, [str(a) for a in args] + _conn())
-    assert res.exit_code == 0, res.output
-    return res.stdout
+@pytest.fixture
+def cli_out(run_cli):
+    """``lsr-os`` with the cluster's connection flags: its stdout (exit code 0 asserted)."""
+    return lambda *args: run_cli(*args)[1]
 
 
 def _top(output: str) -> str:
@@ -94,13 +79,13 @@ def test_model_documents_use_algorithm_and_deploy_is_idempotent(real_client, tmp
     assert doc.get("algorithm") == "SPARSE_ENCODING"
 
 
-def test_default_chain_needs_no_field_flags(real_client, tmp_path, names):
+def test_default_chain_needs_no_field_flags(real_client, tmp_path, names, cli_out):
     index = names("chain")
-    _cli("create-index", index)
-    out = json.loads(_cli("index", "--corpus", _corpus(tmp_path), "--model", "splade-tiny", "--backend", "opensearch",
+    cli_out("create-index", index)
+    out = json.loads(cli_out("index", "--corpus", _corpus(tmp_path), "--model", "splade-tiny", "--backend", "opensearch",
                           "--index", index, "--work-dir", tmp_path / "job", "--no-progress"))
     assert out["indexed"] == len(DOCS)
-    found = _cli("search", "sourdough bread recipe", "--index", index, "--backend", "opensearch", "--mode", "tokens",
+    found = cli_out("search", "sourdough bread recipe", "--index", index, "--backend", "opensearch", "--mode", "tokens",
                  "--model", "splade-tiny")
     assert _top(found) == "d2"
     data = tmp_path / "beir"
@@ -110,12 +95,12 @@ def test_default_chain_needs_no_field_flags(real_client, tmp_path, names):
     queries = {"q1": "sourdough bread recipe", "q2": "bronze statues in the museum"}
     (data / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
     (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td4\t1\n")
-    report = json.loads(_cli("eval", "--dataset", data, "--model", "splade-tiny", "--backend", "opensearch",
+    report = json.loads(cli_out("eval", "--dataset", data, "--model", "splade-tiny", "--backend", "opensearch",
                              "--index", index, "--prune-levels", "", "--out", tmp_path / "eval"))
     assert report["metrics"]["mrr@10"] == pytest.approx(1.0)
 
 
-def test_sparse_vector_token_ids(real_client, tmp_path, names):
+def test_sparse_vector_token_ids(real_client, tmp_path, names, cli_out):
     from opensearchpy.exceptions import RequestError
 
     from opensearch_lsr.opensearch.client import detect_features
@@ -124,10 +109,10 @@ def test_sparse_vector_token_ids(real_client, tmp_path, names):
     if not features.sparse_vector:
         pytest.skip(f"sparse_vector needs OpenSearch 3.3+, the cluster runs {features.version_string}")
     index = names("ann")
-    _cli("create-index", index, "--kind", "sparse_vector", "--vocab-size", 30522)
-    _cli("index", "--corpus", _corpus(tmp_path), "--model", "splade-tiny", "--backend", "opensearch", "--index", index,
+    cli_out("create-index", index, "--kind", "sparse_vector", "--vocab-size", 30522)
+    cli_out("index", "--corpus", _corpus(tmp_path), "--model", "splade-tiny", "--backend", "opensearch", "--index", index,
          "--key-format", "token_id", "--work-dir", tmp_path / "job", "--no-progress")
-    found = _cli("search", "ancient bronze statues in a museum", "--index", index, "--backend", "opensearch", "--mode",
+    found = cli_out("search", "ancient bronze statues in a museum", "--index", index, "--backend", "opensearch", "--mode",
                  "tokens", "--model", "splade-tiny", "--ann-k", 2)
     assert _top(found) == "d4"
     word = {"query": {"neural_sparse": {"sparse_embedding": {"query_tokens": {"museum": 1.0}}}}}
@@ -141,7 +126,7 @@ def test_sparse_vector_token_ids(real_client, tmp_path, names):
     assert len(real_client.search(index=index, body=ids)["hits"]["hits"]) <= 1
 
 
-def test_bulk_bypasses_the_default_pipeline_and_checks_the_target(real_client, tmp_path, names):
+def test_bulk_bypasses_the_default_pipeline_and_checks_the_target(real_client, tmp_path, names, cli_out):
     from opensearch_lsr.opensearch import indices as ix
     from opensearch_lsr.opensearch.artifacts import export_bundle
     from opensearch_lsr.opensearch.bulk import BulkTargetError, OpenSearchBulkWriter
@@ -166,11 +151,11 @@ def test_bulk_bypasses_the_default_pipeline_and_checks_the_target(real_client, t
     finally:
         real_client.ingest.delete_pipeline(id=pipeline, ignore=[404])
     split = names("split")
-    _cli("create-index", split, "--long-text", "split")
-    out = json.loads(_cli("index", "--corpus", _corpus(tmp_path, long=True), "--model", "splade-tiny", "--backend",
+    cli_out("create-index", split, "--long-text", "split")
+    out = json.loads(cli_out("index", "--corpus", _corpus(tmp_path, long=True), "--model", "splade-tiny", "--backend",
                           "opensearch", "--index", split, "--long-text", "split", "--work-dir", tmp_path / "job",
                           "--no-progress"))
     assert out["indexed"] == len(DOCS)
-    found = _cli("search", "stock markets and interest rates", "--index", split, "--backend", "opensearch",
+    found = cli_out("search", "stock markets and interest rates", "--index", split, "--backend", "opensearch",
                  "--mode", "tokens", "--model", "splade-tiny")
     assert _top(found) == "d3"
