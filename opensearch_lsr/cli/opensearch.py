@@ -182,14 +182,23 @@ def create_index_cmd(name: str, kind: str, pipeline: str | None, text_analyzer: 
               help="hybrid: RRF (2.19+) or min-max + weighted mean; auto = RRF when available.")
 @click.option("--weights", default="0.3,0.7", show_default=True, help="hybrid normalization: BM25,neural_sparse.")
 @click.option("--rank-constant", type=int, default=60, show_default=True, help="hybrid RRF constant.")
+@click.option("--from-tuning", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="hybrid: take technique, weights and rank constant from `lsr-os tune-hybrid`'s "
+                   "hybrid_tuning.json (overrides --technique/--weights/--rank-constant).")
 @click.option("--index", "attach_to", default=None, help="search pipelines: attach as the index's default.")
 def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: str, vector_field: str,
                         prune: str | None, batch_size: int | None, skip_existing: bool, prune_ratio: float,
                         expansion_rate: float, max_window_size: int, technique: str, weights: str,
-                        rank_constant: int, attach_to: str | None, **conn) -> None:
+                        rank_constant: int, from_tuning: str | None, attach_to: str | None, **conn) -> None:
     """Create pipeline NAME from pipelines/*.json: ingest (sparse_encoding), two-phase or hybrid search."""
     from ..opensearch import indices as ix
 
+    depth = None
+    if from_tuning:
+        if kind != "hybrid":
+            fail("--from-tuning sets a hybrid pipeline: use `create-pipeline hybrid`")
+        with user_errors():
+            technique, weights, rank_constant, depth = _tuned_setting(from_tuning)
     with user_errors():
         if kind == "ingest":
             if not model_id:
@@ -218,7 +227,22 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
             if attach_to:
                 ix.attach_search_pipeline(client, attach_to, name)
     echo_json({"pipeline": name, "kind": kind, "cluster_version": features.version_string, "body": body,
-               **({"attached_to": attach_to} if attach_to and kind != "ingest" else {})})
+               **({"attached_to": attach_to} if attach_to and kind != "ingest" else {}),
+               **({"pagination_depth": depth} if depth else {})})
+
+
+def _tuned_setting(path: str) -> tuple[str, str, int, int]:
+    """``(technique, "bm25,sparse" weights, rank constant, pagination depth)`` of a hybrid_tuning.json."""
+    from ..config import read_json
+
+    try:
+        setting = read_json(path)["best"]["setting"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path} is not a `lsr-os tune-hybrid` hybrid_tuning.json ({err})") from err
+    if setting["technique"] == "rrf":
+        return "rrf", "0.5,0.5", int(setting["rank_constant"]), int(setting["depth"])
+    w = float(setting["bm25_weight"])
+    return "normalization", f"{w:g},{round(1.0 - w, 10):g}", 60, int(setting["depth"])
 
 
 @cli.command("airgap-kit")

@@ -1,8 +1,9 @@
-"""`lsr-os search`, `eval`, `inference-free`, `quickstart`: query an index and measure an encoder."""
+"""`lsr-os search`, `eval`, `tune-hybrid`, `inference-free`, `quickstart`: query an index and measure an encoder."""
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,7 +11,7 @@ import click
 from ..engines import connection_options
 from .app import USER_ERRORS, cli, echo_json, error_message, fail, user_errors
 
-__all__ = ["search_cmd", "eval_cmd", "inference_free_cmd", "quickstart_cmd"]
+__all__ = ["search_cmd", "eval_cmd", "tune_hybrid_cmd", "inference_free_cmd", "quickstart_cmd"]
 
 _PSQ_OPTIONS = [
     click.option("--query-encoder", type=click.Choice(["auto", "model", "psq"]), default="auto", show_default=True,
@@ -300,6 +301,72 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
     if result.get("rows"):
         out["rows"] = result["rows"]
     echo_json(out)
+
+
+@cli.command("tune-hybrid")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False),
+              help="BEIR-layout directory holding the tuning queries and their judgements.")
+@click.option("--split", default="train", show_default=True, help="Split the tuning queries come from.")
+@click.option("--model", required=True, help="The sparse model of the neural_sparse sub-query (SparseEncoder dir).")
+@click.option("--query-mode", type=click.Choice(["model", "tokens"]), default="tokens", show_default=True,
+              help="tokens: IDF query tokens (inference-free models); model: the model's query encoder.")
+@click.option("--query-ids", "query_ids_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Tune on these query ids (JSON list, a holdout_queries.json, or one per line). Default: the "
+                   "model's own holdout_queries.json (queries `lsr-os train` left out), else --queries of --split "
+                   "drawn with --seed.")
+@click.option("--queries", "n_queries", type=int, default=500, show_default=True,
+              help="How many queries to draw when the model names none.")
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--weight-step", type=float, default=0.05, show_default=True, help="Min-max BM25 weight grid step.")
+@click.option("--rank-constants", default="1-100", show_default=True, help="RRF rank constants: A-B or a,b,c.")
+@click.option("--depths", default="10,50,100", show_default=True,
+              help="Hits per sub-query (the hybrid query's pagination_depth) to try.")
+@click.option("--metric", type=click.Choice(["mrr@10", "ndcg@10"]), default="mrr@10", show_default=True)
+@click.option("--backend", type=click.Choice(["local", "opensearch"]), default="local", show_default=True)
+@click.option("--index", "index_ref", default=None,
+              help="Local: index dir to (re)use; OpenSearch: the filled index (text field analysed with nori).")
+@click.option("--idf", default=None, help="idf.json for --query-mode tokens (default: the model's).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output dir: hybrid_tuning.json / .md, search_pipeline.json (the best setting's body).")
+@connection_options("opensearch")
+def tune_hybrid_cmd(dataset: str, split: str, model: str, query_mode: str, query_ids_file: str | None,
+                    n_queries: int, seed: int, weight_step: float, rank_constants: str, depths: str, metric: str,
+                    backend: str, index_ref: str | None, idf: str | None, out_dir: str, **conn) -> None:
+    """Choose hybrid BM25 + neural_sparse settings on queries the model did not train on.
+
+    Runs the `match` (nori BM25) and `neural_sparse` sub-queries once, then scores every min-max weight (step
+    0.05), RRF rank constant (1-100) and sub-query depth (10 / 50 / 100) as neural-search fuses them. The best
+    goes to OUT/search_pipeline.json; `lsr-os create-pipeline hybrid NAME --from-tuning OUT/hybrid_tuning.json`
+    creates it on a cluster (use the printed pagination_depth in the hybrid query).
+    """
+    from ..evaluation.hybrid_tuning import HybridGrid, tune_hybrid, tuning_query_ids
+    from ..evaluation.pipeline import EvalConfig
+
+    with user_errors():
+        if "-" in rank_constants:
+            lo, hi = (int(x) for x in rank_constants.split("-", 1))
+            constants = list(range(lo, hi + 1))
+        else:
+            constants = [int(x) for x in rank_constants.split(",") if x.strip()]
+        grid = HybridGrid(weight_step=weight_step, rank_constants=constants,
+                          depths=[int(x) for x in depths.split(",") if x.strip()], metric=metric)
+        ids, source = tuning_query_ids(model, dataset, split, n_queries, seed, query_ids_file)
+        config = EvalConfig(dataset=dataset, split=split, model=model, query_mode=query_mode, backend=backend,
+                            index=index_ref, idf=idf, query_ids=ids)
+        client = None
+        if backend == "opensearch":
+            from ..engines import connect
+
+            engine = connect(backend, **conn)
+            engine.version  # noqa: B018 - unreachable / not OpenSearch: one sentence, first
+            client = engine.client
+        tuned = tune_hybrid(config, out_dir, grid, client=client)
+    best = tuned.best
+    echo_json({"queries": tuned.queries, "query_source": source, "best": best["label"], "setting": best["setting"],
+               tuned.metric: best[tuned.metric], "sub_queries": tuned.sub_queries,
+               "best_per_technique": {k: {"label": v["label"], tuned.metric: v[tuned.metric]}
+                                      for k, v in tuned.best_per_technique.items()},
+               "pipeline": str(Path(out_dir) / "search_pipeline.json")})
 
 
 def _weights(text: str) -> list[float]:

@@ -41,6 +41,18 @@ __all__ = ["train_cmd", "adapt_cmd"]
 @click.option("--queries-from", default=None, type=click.Path(exists=True),
               help="Translate-train: a parallel BEIR copy (its --split queries) or a queries file (JSONL _id/text or "
                    "qid<TAB>text) giving the query texts; positives stay those of --dataset.")
+@click.option("--teacher-min-rank", type=int, default=0, show_default=True,
+              help="First teacher rank (0-based) negatives are drawn from; e.g. 5 skips the top ranks, where "
+                   "unjudged positives hide (denoised hard negatives).")
+@click.option("--kl-weight", type=float, default=0.0, show_default=True,
+              help="With --loss infonce and teacher scores: add this x KL(teacher || student) over each row's "
+                   "candidates (scores at the student's scale: see --teacher-temperature).")
+@click.option("--idf-flops", is_flag=True,
+              help="Inference-free: weight the document FLOPS penalty per token by 1/idf (frequent tokens, which "
+                   "score little at query time, are pushed down harder).")
+@click.option("--holdout-queries", type=int, default=500, show_default=True,
+              help="BEIR input: leave N judged queries of --split out of training (ids in OUT/holdout_queries.json; "
+                   "`lsr-os tune-hybrid` tunes on them). 0 trains on all; a split with fewer than 2N keeps all.")
 @click.option("--max-pairs", type=int, default=0, show_default=True, help="Use the first N pairs (0 = all).")
 @click.option("--freeze-encoder", type=click.Choice(["none", "embeddings", "all"]), default="none", show_default=True,
               help="MILCO models only: keep the multilingual encoder's word embeddings (embeddings) or the whole "
@@ -71,7 +83,8 @@ __all__ = ["train_cmd", "adapt_cmd"]
 @click.option("--threads", type=int, default=2, show_default=True, help="torch threads (0: torch's choice).")
 @click.option("--seed", type=int, default=42, show_default=True)
 def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, hard_negatives, teacher, teacher_negatives,
-              teacher_depth, teacher_temperature, teacher_margin, query_language, queries_from, max_pairs, freeze_encoder,
+              teacher_depth, teacher_temperature, teacher_margin, query_language, queries_from, teacher_min_rank,
+              kl_weight, idf_flops, holdout_queries, max_pairs, freeze_encoder,
               no_state_cache, epochs,
               max_steps,
               batch_size, lr, warmup_ratio, doc_reg, query_reg, max_seq_length, eval_split, eval_queries,
@@ -89,6 +102,8 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
             query_lr=query_lr, hard_negatives=hard_negatives, teacher=teacher, teacher_negatives=teacher_negatives,
             teacher_depth=teacher_depth, teacher_temperature=teacher_temperature, teacher_margin=teacher_margin,
             queries_from=queries_from, max_pairs=max_pairs, freeze_encoder=freeze_encoder,
+            teacher_min_rank=teacher_min_rank, kl_weight=kl_weight, idf_flops=idf_flops,
+            holdout_queries=holdout_queries,
             state_cache=not no_state_cache, epochs=epochs,
             max_steps=max_steps,
             batch_size=batch_size, lr=lr, warmup_ratio=warmup_ratio, document_regularizer_weight=doc_reg,
@@ -114,7 +129,8 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--labels", default=None, type=click.Path(exists=True, file_okay=False),
               help="Optional BEIR dataset whose judged train pairs are added (omit for corpus-only adaptation).")
 @click.option("--labels-split", default="train", show_default=True, help="Split of --labels to read.")
-@click.option("--queries-per-passage", type=int, default=3, show_default=True, help="Pseudo-queries per passage.")
+@click.option("--queries-per-passage", type=int, default=3, show_default=True,
+              help="Pseudo-queries per passage (0 with --labels: the judged queries alone).")
 @click.option("--strategies", default="keywords,span,keywords", show_default=True,
               help="Pseudo-query styles, cycled per passage: keywords (IDF-sampled nori content morphemes), "
                    "span (inverse-cloze window), lead (first words).")
@@ -123,22 +139,37 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--negatives", type=int, default=1, show_default=True,
               help="Hard negatives per row, alternating teacher-mined and nori-BM25-mined.")
 @click.option("--negative-depth", type=int, default=30, show_default=True, help="Ranks negatives are drawn from.")
+@click.option("--negative-min-rank", type=int, default=0, show_default=True,
+              help="First of those ranks (0-based); e.g. 5 skips the top ranks, where unjudged positives hide.")
+@click.option("--holdout-queries", type=int, default=500, show_default=True,
+              help="With --labels: judged queries left out of training (ids in OUT/holdout_queries.json, for "
+                   "`lsr-os tune-hybrid`).")
 @click.option("--teacher-margin", type=float, default=0.02, show_default=True,
               help="Skip negatives whose teacher cosine is within this of the positive's (false negatives).")
 @click.option("--teacher-temperature", type=float, default=0.01, show_default=True,
               help="Row scores are cosine / this (read by --loss kldiv / marginmse).")
 @click.option("--loss", type=click.Choice(["infonce", "marginmse", "kldiv"]), default="infonce", show_default=True)
+@click.option("--doc-reg", type=float, default=1e-4, show_default=True,
+              help="Document FLOPS weight (re-tune it per loss: distillation losses live at another scale).")
+@click.option("--kl-weight", type=float, default=0.0, show_default=True,
+              help="With --loss infonce: add this x KL(teacher || student) on the rows' teacher scores.")
+@click.option("--idf-flops", is_flag=True, help="Inference-free: weight the document FLOPS per token by 1/idf.")
 @click.option("--epochs", type=float, default=1.0, show_default=True)
 @click.option("--batch-size", type=int, default=32, show_default=True)
 @click.option("--lr", type=float, default=1e-4, show_default=True)
 @click.option("--max-seq-length", type=int, default=96, show_default=True, help="Training length (inference keeps the model's).")
+@click.option("--prepare-only", is_flag=True,
+              help="Stop once the data stages (pseudo-queries, teacher labels, IDF) are cached in OUT/adapt_work; "
+                   "copy that folder to a GPU machine and run the same command there to train (inputs are "
+                   "matched by content, not path).")
 @click.option("--save-steps", type=int, default=100, show_default=True, help="Checkpoint every N steps.")
 @click.option("--max-pairs", type=int, default=0, show_default=True, help="Train on the first N rows (0 = all).")
 @click.option("--threads", type=int, default=2, show_default=True)
 @click.option("--seed", type=int, default=42, show_default=True)
 def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split, queries_per_passage, strategies,
-              consistency_rank, negatives, negative_depth, teacher_margin, teacher_temperature, loss, epochs,
-              batch_size, lr, max_seq_length, save_steps, max_pairs, threads, seed):
+              consistency_rank, negatives, negative_depth, negative_min_rank, holdout_queries, teacher_margin,
+              teacher_temperature, loss, doc_reg, kl_weight, idf_flops, epochs, batch_size, lr, max_seq_length,
+              prepare_only, save_steps, max_pairs, threads, seed):
     """Adapt a transferred encoder to a corpus with no labelled query (GPL-style).
 
     Samples pseudo-queries from the passages, keeps those whose passage the dense teacher also ranks near
@@ -156,8 +187,10 @@ def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split,
                                       strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
                                       seed=seed),
             consistency_rank=consistency_rank, negatives=negatives, negative_depth=negative_depth,
+            negative_min_rank=negative_min_rank, holdout_queries=holdout_queries,
+            document_regularizer_weight=doc_reg, kl_weight=kl_weight, idf_flops=idf_flops,
             teacher_margin=teacher_margin, teacher_temperature=teacher_temperature, loss=loss, epochs=epochs,
             batch_size=batch_size, lr=lr, max_seq_length=max_seq_length, save_steps=save_steps,
             max_pairs=max_pairs, threads=threads, seed=seed)
-        result = adapt(config)
+        result = adapt(config, prepare_only=prepare_only)
     echo_json(result.__dict__)

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from ..corpus import doc_text
 
-__all__ = ["BeirDataset", "load_beir", "cap_corpus"]
+__all__ = ["BeirDataset", "load_beir", "cap_corpus", "holdout_query_ids", "HOLDOUT_FILE"]
+
+#: Written next to a model trained on a BEIR split: the query ids it never saw (``lsr-os tune-hybrid`` tunes on them).
+HOLDOUT_FILE = "holdout_queries.json"
 
 
 @dataclass
@@ -21,6 +24,16 @@ class BeirDataset:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]] = field(default_factory=dict)
 
+    def only(self, query_ids) -> "BeirDataset":
+        """These judged queries (unknown or unjudged ids raise), whole corpus."""
+        ids = list(dict.fromkeys(str(q) for q in query_ids))
+        missing = [q for q in ids if q not in self.qrels or q not in self.queries]
+        if missing:
+            raise ValueError(f"{len(missing)} of the {len(ids)} query ids are not judged queries of "
+                             f"{self.name}/{self.split} (first: {missing[0]!r})")
+        return BeirDataset(self.name, self.split, self.corpus, {q: self.queries[q] for q in ids},
+                           {q: self.qrels[q] for q in ids})
+
     def subset(self, max_queries: int | None) -> "BeirDataset":
         """The first ``max_queries`` judged queries (file order), whole corpus."""
         if not max_queries:
@@ -28,6 +41,22 @@ class BeirDataset:
         qids = [q for q in self.queries if q in self.qrels][:max_queries]
         return BeirDataset(self.name, self.split, self.corpus, {q: self.queries[q] for q in qids},
                            {q: self.qrels[q] for q in qids})
+
+
+def holdout_query_ids(query_ids, n: int, seed: int = 42) -> list[str]:
+    """``n`` query ids drawn with ``seed`` from ``query_ids`` (sorted first, so file order does not matter).
+
+    The same (ids, n, seed) always give the same queries: ``lsr-os train --holdout-queries`` leaves them out of
+    training, and ``lsr-os tune-hybrid`` tunes on them, for a model that did not train on queries too.
+    """
+    import random
+
+    ordered = sorted(set(query_ids))
+    if n <= 0:
+        return []
+    if n > len(ordered):
+        raise ValueError(f"cannot hold out {n} queries of {len(ordered)}")
+    return sorted(random.Random(seed).sample(ordered, n))
 
 
 def _read_jsonl(path: Path) -> list[dict]:

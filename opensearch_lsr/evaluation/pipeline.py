@@ -65,6 +65,7 @@ class EvalConfig(ArtifactConfig):
     idf: str | None = None
     max_queries: int | None = None
     max_docs: int | None = None
+    query_ids: list[str] | None = None  # only these judged queries (e.g. a model's holdout_queries.json)
     k: int = 100
     batch_size: int = 32
     prune_levels: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.3, 0.5])
@@ -257,10 +258,11 @@ def _lexical_rows(config: EvalConfig, backend: Any, client: Any, dataset: BeirDa
 
 
 def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any = None,
-                   show_progress_bar: bool = False) -> dict[str, Any]:
+                   show_progress_bar: bool = False, keep_runs: bool = False) -> dict[str, Any]:
     """Evaluate ``config.model`` on ``config.dataset``; writes the report, run and plot to ``out_dir``.
 
-    Returns the result dict (also ``out_dir/report.json``).
+    Returns the result dict (also ``out_dir/report.json``); ``keep_runs`` adds ``result["runs"]``, each row's
+    ``{qid: {doc_id: score}}`` in the engine's hit order (``"model"``, then the lexical rows by name).
     """
     from ..encoding.keyed import SparseKeyedEncoder
     from ..engines import make_engine
@@ -275,8 +277,10 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     spec = config.crosslingual_spec()
-    dataset = cap_corpus((load_beir(config.dataset, config.split) if spec.plain else spec.build())
-                         .subset(config.max_queries), config.max_docs)
+    dataset = (load_beir(config.dataset, config.split) if spec.plain else spec.build())
+    if config.query_ids:
+        dataset = dataset.only(config.query_ids)
+    dataset = cap_corpus(dataset.subset(config.max_queries), config.max_docs)
     query_side = config.resolved_query_encoder()
     qids, doc_ids = list(dataset.queries), list(dataset.corpus)
     qtexts, dtexts = [dataset.queries[q] for q in qids], [dataset.corpus[d] for d in doc_ids]
@@ -376,4 +380,6 @@ def run_evaluation(config: EvalConfig, out_dir: str | os.PathLike, client: Any =
         result["rows"] = ([r.table_row() for r in lexical_rows if not r.name.startswith("hybrid")] + [model_row]
                           + [r.table_row() for r in lexical_rows if r.name.startswith("hybrid")])
     write_report(result, out, title=f"Evaluation: {name} on {dataset.name}/{dataset.split}")
+    if keep_runs:
+        result["runs"] = {"model": run, **{r.name: r.run for r in lexical_rows}}
     return result

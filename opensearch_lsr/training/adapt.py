@@ -56,6 +56,12 @@ class AdaptConfig(ArtifactConfig):
         consistency_rank: keep a pseudo-query when the teacher ranks its passage within this many.
         negatives: hard negatives per row; ``negative_sources`` alternate across rows.
         negative_depth: teacher / BM25 ranks negatives are drawn from.
+        negative_min_rank: the first of those ranks (0-based, positives and near-ties already removed); e.g. 5
+            skips the top ranks, where unjudged positives hide (denoised hard negatives; RocketQA, Qu et al. 2021).
+        holdout_queries: with ``labels``: judged queries left out (``lsr-os train --holdout-queries``; their ids
+            go to ``<out>/holdout_queries.json`` for ``lsr-os tune-hybrid``).
+        document_regularizer_weight, kl_weight, idf_flops: the trainer's (``TrainConfig``): the document FLOPS
+            weight, a KL term added to InfoNCE, the 1/idf-weighted FLOPS.
         teacher_margin: skip candidates whose teacher cosine is within this of the positive's.
         teacher_temperature: scores in the rows are ``cosine / teacher_temperature``.
         loss, epochs, batch_size, lr, max_seq_length, save_steps, threads, seed, max_pairs: the trainer's.
@@ -75,6 +81,8 @@ class AdaptConfig(ArtifactConfig):
     negatives: int = 1
     negative_sources: tuple[str, ...] = ("teacher", "bm25")
     negative_depth: int = 30
+    negative_min_rank: int = 0
+    holdout_queries: int = 500
     teacher_margin: float = 0.02
     teacher_temperature: float = 0.01
     loss: str = "infonce"
@@ -86,6 +94,9 @@ class AdaptConfig(ArtifactConfig):
     threads: int = 2
     seed: int = 42
     max_pairs: int = 0
+    document_regularizer_weight: float = 1e-4
+    kl_weight: float = 0.0
+    idf_flops: bool = False
 
     def validate(self) -> None:
         """Raise ``ValueError`` (one sentence) for an invalid parameter."""
@@ -95,7 +106,10 @@ class AdaptConfig(ArtifactConfig):
             raise ValueError(f"corpus file {self.corpus} does not exist")
         if self.labels is not None and not (Path(self.labels) / "qrels" / f"{self.labels_split}.tsv").is_file():
             raise ValueError(f"--labels {self.labels} has no qrels/{self.labels_split}.tsv")
-        self.queries.validate()
+        if self.queries.per_passage == 0 and self.labels is None:
+            raise ValueError("no pseudo-query per passage and no --labels: nothing to train on")
+        if self.queries.per_passage:
+            self.queries.validate()
         if self.consistency_rank < 1:
             raise ValueError(f"consistency_rank must be >= 1, got {self.consistency_rank}")
         bad = [s for s in self.negative_sources if s not in get_args(NegativeSource)]
@@ -103,17 +117,49 @@ class AdaptConfig(ArtifactConfig):
             raise ValueError(f"negative sources must be among {', '.join(get_args(NegativeSource))}, got {bad}")
         if not 0 <= self.negatives < self.negative_depth:
             raise ValueError(f"need 0 <= negatives < negative_depth, got {self.negatives}, {self.negative_depth}")
+        if not 0 <= self.negative_min_rank <= self.negative_depth - max(1, self.negatives):
+            raise ValueError(f"need 0 <= negative_min_rank <= negative_depth - negatives, got {self.negative_min_rank}")
+        if self.kl_weight > 0 and self.loss != "infonce":
+            raise ValueError("kl_weight adds a KL term to infonce: use --loss infonce (or kldiv alone)")
+        if self.idf_flops and not self.inference_free:
+            raise ValueError("idf_flops weights the document FLOPS by the IDF query side: add --inference-free")
         if not self.teacher_temperature > 0:
             raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
 
     def stage_key(self) -> dict:
-        """The parameters the cached data stages depend on (a change re-runs them), as JSON reads them back."""
-        return json.loads(json.dumps({"corpus": str(Path(self.corpus).resolve()), "teacher": self.teacher, "labels": self.labels,
-                "labels_split": self.labels_split, "queries": asdict(self.queries),
-                "consistency_rank": self.consistency_rank, "negatives": self.negatives,
-                "negative_sources": list(self.negative_sources), "negative_depth": self.negative_depth,
-                "teacher_margin": self.teacher_margin, "teacher_temperature": self.teacher_temperature,
-                "seed": self.seed}))
+        """The parameters the cached data stages depend on (a change re-runs them), as JSON reads them back.
+
+        Input files enter by content (sha256), not by path, so a prepared ``adapt_work/`` stays valid when the
+        corpus is read from another place (``--prepare-only`` on one machine, training on another). The
+        teacher temperature is not part of it: rows are rescaled when it changes.
+        """
+        labels = None
+        if self.labels is not None:
+            from .data import _split_queries_file
+
+            root = Path(self.labels)
+            labels = {"qrels": file_digest(root / "qrels" / f"{self.labels_split}.tsv"),
+                      "queries": file_digest(_split_queries_file(root, self.labels_split)),
+                      "corpus": file_digest(root / "corpus.jsonl"), "holdout_queries": self.holdout_queries}
+        key = {"corpus": file_digest(self.corpus), "teacher": self.teacher, "labels": labels,
+               "labels_split": self.labels_split, "queries": asdict(self.queries),
+               "consistency_rank": self.consistency_rank, "negatives": self.negatives,
+               "negative_sources": list(self.negative_sources), "negative_depth": self.negative_depth,
+               "teacher_margin": self.teacher_margin, "seed": self.seed}
+        if self.negative_min_rank:
+            key["negative_min_rank"] = self.negative_min_rank
+        return json.loads(json.dumps(key))
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes (hex)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclass
@@ -205,14 +251,15 @@ def label_queries(queries: list[tuple[str, str, set[str]]], corpus: dict[str, st
                     continue
                 p = index_of[pid]
                 ceiling = sims[r, p] - config.teacher_margin
-                pools = {"teacher": [i for i in top if i not in positives and sims[r, i] <= ceiling],
+                lo, hi = config.negative_min_rank, config.negative_depth
+                pools = {"teacher": [i for i in top if i not in positives and sims[r, i] <= ceiling][lo:hi],
                          "bm25": [index_of[d] for d in bm25_run.get(qid, {})
-                                  if index_of[d] not in positives and sims[r, index_of[d]] <= ceiling]}
+                                  if index_of[d] not in positives and sims[r, index_of[d]] <= ceiling][lo:hi]}
                 picks: list[int] = []
                 for k in range(config.negatives):
                     source = config.negative_sources[(len(rows) + k) % len(config.negative_sources)]
-                    pool = [i for i in pools[source][:config.negative_depth] if i not in picks] or \
-                        [i for s in config.negative_sources for i in pools[s][:config.negative_depth] if i not in picks]
+                    pool = [i for i in pools[source] if i not in picks] or \
+                        [i for s in config.negative_sources for i in pools[s] if i not in picks]
                     if pool:
                         picks.append(rng.choice(pool))
                 if len(picks) < config.negatives:
@@ -222,17 +269,18 @@ def label_queries(queries: list[tuple[str, str, set[str]]], corpus: dict[str, st
     return rows, dropped
 
 
-def _labelled_queries(config: AdaptConfig, corpus: dict[str, str]) -> list[tuple[str, str, set[str]]]:
-    from .data import read_beir_pairs
+def _labelled_queries(config: AdaptConfig, corpus: dict[str, str]) -> tuple[list[tuple[str, str, set[str]]], list[str]]:
+    """The judged (qid, text, positive ids) of ``config.labels``, less the held-out queries (also returned)."""
+    from .data import hold_out, read_beir_pairs
 
-    data = read_beir_pairs(config.labels, config.labels_split)
+    data = hold_out(read_beir_pairs(config.labels, config.labels_split), config.holdout_queries, config.seed)
     by_qid: dict[str, tuple[str, set[str]]] = {}
     for row in data.rows:
         by_qid.setdefault(row["qid"], (row["query"], set()))[1].add(row["did"])
     missing = sum(1 for _, dids in by_qid.values() if not dids & corpus.keys())
     if missing:
         logger.warning("%d labelled queries have no positive in --corpus (ids differ?): skipped", missing)
-    return [(f"label-{q}", text, dids) for q, (text, dids) in by_qid.items() if dids & corpus.keys()]
+    return [(f"label-{q}", text, dids) for q, (text, dids) in by_qid.items() if dids & corpus.keys()], data.holdout
 
 
 def _stage(work: Path, name: str, key: dict):
@@ -269,8 +317,31 @@ def _finished(config: AdaptConfig) -> AdaptResult | None:
     return AdaptResult(**read_json(summary))
 
 
-def adapt(config: AdaptConfig) -> AdaptResult:
-    """Run the whole adaptation (see the module docstring); resumable stage by stage."""
+def _rows_at_temperature(work: Path, pairs_path: Path, stats: dict, temperature: float) -> Path:
+    """The training rows with scores at ``temperature``: the cached file when it was written at it, else a
+    rescaled copy (scores are ``cosine / T``, so ``s * T_written / T``)."""
+    written = stats.get("teacher_temperature", temperature)
+    if abs(written - temperature) <= 1e-12 * max(written, temperature):
+        return pairs_path
+    path = work / f"pairs.T{temperature:g}.jsonl"
+    rows = _read_jsonl(pairs_path)
+    for row in rows:
+        row["scores"] = [v * written / temperature for v in row["scores"]]
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def adapt(config: AdaptConfig, prepare_only: bool = False) -> AdaptResult:
+    """Run the whole adaptation (see the module docstring); resumable stage by stage.
+
+    ``prepare_only``: stop after the data stages (pseudo-queries, teacher labelling, IDF) are cached in
+    ``<out>/adapt_work``; a later run with the same data parameters (on any machine: inputs are keyed by
+    content) starts at training. The returned ``train`` is empty then.
+    """
     from ..lexical.nori import NoriAnalyzer
     from ..idf import compute_idf
     from ..transfer.surgery import load_sparse_encoder, resolve_model_path
@@ -297,6 +368,8 @@ def adapt(config: AdaptConfig) -> AdaptResult:
     pq_path, pq_meta, pq_done = _stage(work, "pseudo_queries", key)
     if pq_done:
         pseudo = [PseudoQuery(**r) for r in _read_jsonl(pq_path)]
+    elif config.queries.per_passage == 0:
+        pseudo = []
     else:
         pseudo = generate_pseudo_queries(corpus, NoriAnalyzer(), config.queries)
         _write_jsonl(pq_path, pq_meta, [asdict(p) for p in pseudo], key)
@@ -309,24 +382,39 @@ def adapt(config: AdaptConfig) -> AdaptResult:
         kept, labelled = stats["kept_pseudo_queries"], stats["labelled_pairs"]
     else:
         rows, dropped = label_queries([(p.qid, p.text, {p.source_id}) for p in pseudo], corpus, config,
-                                      consistency=True)
+                                      consistency=True) if pseudo else ([], 0)
         kept = len(rows)
+        holdout: list[str] = []
         if config.labels:
-            labelled_rows, _ = label_queries(_labelled_queries(config, corpus), corpus, config, consistency=False)
+            judged, holdout = _labelled_queries(config, corpus)
+            labelled_rows, _ = label_queries(judged, corpus, config, consistency=False)
             labelled = len(labelled_rows)
             rows += labelled_rows
         if not rows:
             raise ValueError("the teacher kept no training row: try a larger --consistency-rank")
         random.Random(config.seed).shuffle(rows)
-        write_json(work / "pairs.stats.json", {"kept_pseudo_queries": kept, "dropped_pseudo_queries": dropped,
-                                               "labelled_pairs": labelled})
+        stats = {"kept_pseudo_queries": kept, "dropped_pseudo_queries": dropped, "labelled_pairs": labelled,
+                 "teacher_temperature": config.teacher_temperature, "holdout": holdout}
+        write_json(work / "pairs.stats.json", stats)
         _write_jsonl(pairs_path, pairs_meta, rows, key)
+    if stats.get("holdout"):
+        from ..evaluation.datasets import HOLDOUT_FILE
+
+        write_json(out / HOLDOUT_FILE, {"dataset": str(config.labels), "split": config.labels_split,
+                                        "seed": config.seed, "query_ids": stats["holdout"]})
 
     idf_path = work / "corpus_idf.json"
     if config.inference_free and not idf_path.is_file():
         write_json(idf_path, compute_idf(list(corpus.values()), tokenizer))
+    if prepare_only:
+        logger.info("data stages cached in %s: %d rows; training skipped (--prepare-only)", work, len(rows))
+        return AdaptResult(out=str(out), passages=len(corpus), bad_records=len(bad), pseudo_queries=len(pseudo),
+                           kept_pseudo_queries=kept, labelled_pairs=labelled, rows=len(rows), train={})
+    train_rows = _rows_at_temperature(work, pairs_path, stats, config.teacher_temperature)
     train_config = TrainConfig(
-        model=config.model, dataset=str(pairs_path), out=str(out), loss=config.loss,
+        model=config.model, dataset=str(train_rows), out=str(out), loss=config.loss,
+        document_regularizer_weight=config.document_regularizer_weight, kl_weight=config.kl_weight,
+        idf_flops=config.idf_flops, holdout_queries=0,
         inference_free=config.inference_free, idf=str(idf_path) if config.inference_free else None,
         epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, max_seq_length=config.max_seq_length,
         save_steps=config.save_steps, resume=True, threads=config.threads, seed=config.seed,

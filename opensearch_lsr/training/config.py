@@ -53,6 +53,16 @@ class TrainConfig(ArtifactConfig):
             pairs from this parallel BEIR copy (same query ids, its ``split`` queries) or queries file, the
             positives from ``dataset`` (e.g. English queries against Korean positives).
         max_pairs: keep only the first N training pairs (0 = all).
+        holdout_queries: BEIR input: leave this many judged queries of ``split`` out of training (drawn with
+            ``seed``, :func:`~opensearch_lsr.evaluation.datasets.holdout_query_ids`) and write their ids to
+            ``<out>/holdout_queries.json``, so hybrid weights can be tuned on queries the model never saw
+            (``lsr-os tune-hybrid``); a split with fewer than twice as many queries keeps all of them.
+        teacher_min_rank: the first teacher rank (0-based) negatives are drawn from: skipping the top ranks
+            avoids unjudged positives (denoised hard negatives; RocketQA, Qu et al. 2021).
+        kl_weight: with ``infonce`` and rows carrying teacher scores, add ``kl_weight`` x KL(teacher || student)
+            over each row's candidates (:class:`~opensearch_lsr.training.losses.InfoNCEWithKL`).
+        idf_flops: weight the document FLOPS term per dimension by ``1 / idf``
+            (:class:`~opensearch_lsr.training.losses.IdfFlopsLoss`; inference-free models).
         freeze_encoder: MILCO models only (``lsr-os transfer milco``): ``none`` trains everything (the paper, on
             GPUs), ``embeddings`` keeps the multilingual encoder's word-embedding matrix fixed (250k x 384 for
             e5-small: its dense AdamW update dominates a CPU step), ``all`` the whole encoder (connector,
@@ -88,6 +98,10 @@ class TrainConfig(ArtifactConfig):
     teacher_margin: float = 0.0
     queries_from: str | None = None
     max_pairs: int = 0
+    holdout_queries: int = 500
+    teacher_min_rank: int = 0
+    kl_weight: float = 0.0
+    idf_flops: bool = False
     freeze_encoder: FreezeEncoder = "none"
     state_cache: bool = True
     epochs: float = 1.0
@@ -136,6 +150,17 @@ class TrainConfig(ArtifactConfig):
                              f"{self.teacher_depth}")
         if not self.teacher_temperature > 0:
             raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
+        if self.teacher and not 0 <= self.teacher_min_rank < self.teacher_depth - self.teacher_negatives + 1:
+            raise ValueError(f"need 0 <= teacher_min_rank <= teacher_depth - teacher_negatives, got "
+                             f"{self.teacher_min_rank}")
+        if self.holdout_queries < 0:
+            raise ValueError(f"holdout_queries must be >= 0, got {self.holdout_queries}")
+        if self.kl_weight < 0:
+            raise ValueError(f"kl_weight must be >= 0, got {self.kl_weight}")
+        if self.kl_weight > 0 and self.loss not in ("infonce", "auto"):
+            raise ValueError("kl_weight adds a KL term to infonce: use --loss infonce (or kldiv alone)")
+        if self.idf_flops and not self.inference_free:
+            raise ValueError("idf_flops weights the document FLOPS by the IDF query side: add --inference-free")
         if self.query_lr < 0:
             raise ValueError(f"query_lr must be >= 0, got {self.query_lr}")
         if self.query_lr > 0 and not self.inference_free:

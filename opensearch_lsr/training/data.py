@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import LsrError
 
-__all__ = ["TrainingDataError", "TrainingData", "load_training_data", "read_jsonl_pairs", "read_beir_pairs",
+__all__ = ["TrainingDataError", "TrainingData", "load_training_data", "hold_out", "read_jsonl_pairs", "read_beir_pairs",
            "mine_bm25_negatives"]
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ class TrainingData:
     num_negatives: int = 0
     skipped: list[str] = field(default_factory=list)
     corpus: dict[str, str] | None = None  # BEIR input: the corpus (for IDF and hard negatives)
+    holdout: list[str] = field(default_factory=list)  # BEIR input: query ids left out of training
 
     def to_dataset(self):
         """A ``datasets.Dataset`` in the column order the sentence-transformers losses expect."""
@@ -287,16 +288,36 @@ def mine_bm25_negatives(data: TrainingData, tokenizer, top_k: int = 10, seed: in
             continue
         rows.append({**row, "negatives": [data.corpus[rng.choice(cands)]]})
     return TrainingData(rows=rows, source=data.source, kind=data.kind, num_negatives=1,
-                        skipped=data.skipped, corpus=data.corpus)
+                        skipped=data.skipped, corpus=data.corpus, holdout=data.holdout)
+
+
+def hold_out(data: TrainingData, n: int, seed: int = 42) -> TrainingData:
+    """Drop every row of ``n`` held-out queries (:func:`~opensearch_lsr.evaluation.datasets.holdout_query_ids`)
+    and record them in ``data.holdout``; a split with fewer than ``2 n`` queries keeps all of them (warning)."""
+    from ..evaluation.datasets import holdout_query_ids
+
+    qids = {r["qid"] for r in data.rows if "qid" in r}
+    if n <= 0 or not qids:
+        return data
+    if len(qids) < 2 * n:
+        logger.warning("the split has %d queries, fewer than twice the %d to hold out: none held out", len(qids), n)
+        return data
+    held = holdout_query_ids(qids, n, seed)
+    drop = set(held)
+    data.rows = [r for r in data.rows if r["qid"] not in drop]
+    data.holdout = held
+    return data
 
 
 def load_training_data(source: str | os.PathLike, split: str = "train", skip_bad_rows: bool = False,
-                       max_pairs: int = 0, queries_from: str | os.PathLike | None = None) -> TrainingData:
+                       max_pairs: int = 0, queries_from: str | os.PathLike | None = None,
+                       holdout: int = 0, seed: int = 42) -> TrainingData:
     """BEIR directory or JSONL file -> :class:`TrainingData` (first ``max_pairs`` rows if > 0);
-    ``queries_from`` (BEIR input only): query texts of a parallel copy (translate-train, :func:`read_beir_pairs`)."""
+    ``queries_from`` (BEIR input only): query texts of a parallel copy (translate-train, :func:`read_beir_pairs`);
+    ``holdout`` (BEIR input only): queries left out of training (:func:`hold_out`)."""
     path = Path(source)
     if path.is_dir():
-        data = read_beir_pairs(path, split, skip_bad_rows, queries_from=queries_from)
+        data = hold_out(read_beir_pairs(path, split, skip_bad_rows, queries_from=queries_from), holdout, seed)
     elif queries_from is not None:
         raise TrainingDataError("--queries-from / --query-language replace the queries of a BEIR dataset; "
                                 f"{str(source)!r} is not a BEIR directory")

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..config import read_json, write_json
+from ..evaluation.datasets import HOLDOUT_FILE
 from .config import TrainConfig
 from .data import TrainingData, TrainingDataError, load_training_data, mine_bm25_negatives
 from .evaluator import RetrievalDevEvaluator, subset_dataset
@@ -77,17 +78,30 @@ def _resolve_loss(config: TrainConfig, data: TrainingData) -> str:
     if loss == "kldiv" and data.label_kind != "scores":
         raise TrainingDataError("loss 'kldiv' needs per-document teacher 'scores' ([s(q,pos), s(q,neg)...]), "
                                 "not a margin 'score'")
+    if config.kl_weight > 0 and loss == "infonce":
+        if data.label_kind != "scores":
+            raise TrainingDataError("--kl-weight needs per-document teacher 'scores' ([s(q,pos), s(q,neg)...]): "
+                                    "add --teacher or train on rows that carry them")
+        return loss
     if loss == "infonce" and data.label_kind is not None:
         logger.warning("rows carry teacher scores but loss is infonce: the scores are ignored")
         data.label_kind = None
     return loss
 
 
-def build_loss(model, loss: str, config: TrainConfig):
-    """``SpladeLoss`` around the ranking loss; the query regulariser is off for inference-free models."""
+def build_loss(model, loss: str, config: TrainConfig, idf: dict[str, float] | None = None):
+    """``SpladeLoss`` around the ranking loss; the query regulariser is off for inference-free models.
+
+    ``config.kl_weight`` > 0 adds a KL term to InfoNCE; ``config.idf_flops`` weights the document FLOPS by
+    ``1 / idf`` (``idf``: the inference-free query side's weights), see :mod:`.losses`.
+    """
     from sentence_transformers.sparse_encoder import losses
 
-    if loss == "infonce":
+    from .losses import IdfFlopsLoss, InfoNCEWithKL, idf_penalty_weights
+
+    if loss == "infonce" and config.kl_weight > 0:
+        base = InfoNCEWithKL(model, config.kl_weight, config.kl_temperature)
+    elif loss == "infonce":
         base = losses.SparseMultipleNegativesRankingLoss(model)
     elif loss == "marginmse":
         base = losses.SparseMarginMSELoss(model)
@@ -96,8 +110,26 @@ def build_loss(model, loss: str, config: TrainConfig):
     else:
         raise ValueError(f"loss must be one of infonce, marginmse, kldiv, got {loss!r}")
     query_weight = None if config.inference_free else config.query_regularizer_weight
+    document_regularizer = None
+    if config.idf_flops:
+        if not idf:
+            raise ValueError("idf_flops needs the IDF of the inference-free query side")
+        size = model.get_sentence_embedding_dimension()
+        document_regularizer = IdfFlopsLoss(model, idf_penalty_weights(idf, model.tokenizer.get_vocab(), size))
     return losses.SpladeLoss(model, loss=base, document_regularizer_weight=config.document_regularizer_weight,
-                             query_regularizer_weight=query_weight)
+                             query_regularizer_weight=query_weight, document_regularizer=document_regularizer)
+
+
+def _query_side_idf(config: TrainConfig, workdir: Path) -> dict[str, float] | None:
+    """The IDF weights of the inference-free query side being trained against (for ``idf_flops``)."""
+    from ..idf import load_idf
+    from ..transfer.surgery import resolve_model_path
+
+    for candidate in (config.idf, workdir / "inference_free_start" / "idf.json",
+                      Path(resolve_model_path(config.model)) / "idf.json"):
+        if candidate and Path(candidate).is_file():
+            return load_idf(candidate)
+    return None
 
 
 def _is_router_dir(path: str) -> bool:
@@ -297,9 +329,13 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
     out.mkdir(parents=True, exist_ok=True)
 
     data = load_training_data(config.dataset, config.split, skip_bad_rows=skip_bad_rows, max_pairs=config.max_pairs,
-                              queries_from=config.queries_from)
+                              queries_from=config.queries_from, holdout=config.holdout_queries, seed=config.seed)
+    if data.holdout:
+        write_json(out / HOLDOUT_FILE, {"dataset": str(config.dataset), "split": config.split, "seed": config.seed,
+                                        "query_ids": data.holdout})
     if config.teacher:
         data = mine_teacher_negatives(data, config.teacher, num_negatives=config.teacher_negatives,
+                                      range_min=config.teacher_min_rank,
                                       range_max=config.teacher_depth, margin=config.teacher_margin,
                                       temperature=config.teacher_temperature,
                                       seed=config.seed)
@@ -316,7 +352,7 @@ def train(config: TrainConfig, skip_bad_rows: bool = False) -> TrainResult:
                 raise TrainingDataError("rows already carry negatives; drop --hard-negatives")
             data = mine_bm25_negatives(data, model.tokenizer, seed=config.seed)
         train_dataset = data.to_dataset()
-        loss = build_loss(model, loss_name, config)
+        loss = build_loss(model, loss_name, config, _query_side_idf(config, workdir) if config.idf_flops else None)
 
         subset_eval = _dev_evaluator(config, data, subset=True)
         state_cache = _enter_state_cache(restore, model, config, train_dataset)

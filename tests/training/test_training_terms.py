@@ -1,0 +1,121 @@
+"""Held-out queries, the InfoNCE + KL loss, IDF-aware FLOPS, and adapt's prepared data moving between machines."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from opensearch_lsr.evaluation.datasets import HOLDOUT_FILE, holdout_query_ids
+from opensearch_lsr.training.data import hold_out, load_training_data, read_beir_pairs
+from opensearch_lsr.training.losses import IdfFlopsLoss, idf_penalty_weights
+
+from conftest import write_beir
+from test_adapt import _corpus_file
+from bow_teacher import bow_teacher  # noqa: F401 - fixture
+
+
+def test_holdout_is_a_seeded_draw_independent_of_order():
+    ids = [f"q{i}" for i in range(100)]
+    a = holdout_query_ids(ids, 10, seed=7)
+    assert a == holdout_query_ids(list(reversed(ids)), 10, seed=7) and len(set(a)) == 10
+    assert a != holdout_query_ids(ids, 10, seed=8)
+    with pytest.raises(ValueError, match="cannot hold out"):
+        holdout_query_ids(ids, 101)
+
+
+def test_training_data_drops_every_row_of_held_out_queries(tmp_path):
+    root = write_beir(tmp_path / "b", n_queries=40)
+    full = read_beir_pairs(root, "train")
+    data = load_training_data(root, "train", holdout=5, seed=3)
+    assert len(data.holdout) == 5 and not {r["qid"] for r in data.rows} & set(data.holdout)
+    assert len(data.rows) == len(full.rows) - 5
+    assert data.holdout == holdout_query_ids({r["qid"] for r in full.rows}, 5, 3)
+    # fewer than twice the queries: nothing held out
+    small = hold_out(read_beir_pairs(root, "train"), 20)
+    assert small.holdout == [] and len(small.rows) == len(full.rows)
+
+
+def test_idf_flops_weights_frequent_tokens_more():
+    vocab = {"the": 0, "seoul": 1, "rare": 2, "absent": 3}
+    p = idf_penalty_weights({"the": 0.2, "seoul": 2.0, "rare": 8.0}, vocab, 4)
+    assert float(p.mean()) == pytest.approx(1.0)
+    assert p[0] > p[3] > p[1] > p[2]  # 1/0.2 > 1/1 (missing key = idf 1) > 1/2 > 1/8
+    emb = torch.tensor([[1.0, 2.0, 0.0, 0.0], [3.0, 0.0, 4.0, 0.0]])
+    loss = IdfFlopsLoss(None, p).compute_loss_from_embeddings(emb)
+    mean = emb.mean(0)
+    assert float(loss) == pytest.approx(float((p * mean ** 2).sum()))
+    # uniform IDF gives back the plain FLOPS of sentence-transformers
+    from sentence_transformers.sparse_encoder.losses import FlopsLoss
+
+    flat = IdfFlopsLoss(None, idf_penalty_weights({}, vocab, 4)).compute_loss_from_embeddings(emb)
+    assert float(flat) == pytest.approx(float(FlopsLoss(None).compute_loss_from_embeddings(emb)))
+
+
+def test_infonce_with_kl_adds_the_kl_term(tiny_encoder_dir):
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder import losses
+
+    from opensearch_lsr.training.losses import InfoNCEWithKL
+
+    model = SparseEncoder(str(tiny_encoder_dir))
+    g = torch.Generator().manual_seed(0)
+    emb = [torch.rand(4, 30, generator=g) for _ in range(3)]  # query, positive, negative
+    labels = torch.tensor([[3.0, 1.0]] * 4)
+    combined = InfoNCEWithKL(model, kl_weight=0.5).compute_loss_from_embeddings(emb, labels)
+    nce = losses.SparseMultipleNegativesRankingLoss(model).compute_loss_from_embeddings(emb, labels)
+    kl = losses.SparseDistillKLDivLoss(model, temperature=1.0).compute_loss_from_embeddings(emb, labels)
+    assert float(combined) == pytest.approx(float(nce + 0.5 * kl), rel=1e-5)
+    with pytest.raises(ValueError, match="kl_weight"):
+        InfoNCEWithKL(model, kl_weight=0.0)
+
+
+def test_train_writes_holdout_and_trains_with_kl_and_idf_flops(tmp_path, tiny_encoder_dir, bow_teacher):
+    from opensearch_lsr.training import TrainConfig, train
+
+    root = write_beir(tmp_path / "b", n_queries=48)
+    out = tmp_path / "m"
+    config = TrainConfig(model=str(tiny_encoder_dir), dataset=str(root), out=str(out), loss="infonce",
+                         inference_free=True, teacher="fake", teacher_negatives=1, teacher_depth=6,
+                         teacher_min_rank=1, kl_weight=0.2, idf_flops=True, holdout_queries=4, max_steps=2,
+                         batch_size=4, max_seq_length=16, eval_split=None, final_eval=False, threads=1)
+    result = train(config)
+    held = json.loads((out / HOLDOUT_FILE).read_text())
+    assert held["split"] == "train" and len(held["query_ids"]) == 4 and result.steps == 2
+    assert result.pairs == 36 - 4  # 36 train queries, 4 held out
+    with pytest.raises(ValueError, match="infonce"):
+        replace(config, loss="kldiv").validate()
+    with pytest.raises(ValueError, match="inference-free"):
+        replace(config, inference_free=False).validate()
+
+
+def test_adapt_prepared_elsewhere_trains_here_and_rescales_scores(tmp_path, tiny_encoder_dir, bow_teacher):
+    pytest.importorskip("mecab_ko")
+    from opensearch_lsr.training.adapt import AdaptConfig, adapt
+    from opensearch_lsr.training.pseudo_queries import PseudoQueryConfig
+
+    corpus = _corpus_file(tmp_path)
+    first = tmp_path / "prep"
+    config = AdaptConfig(model=str(tiny_encoder_dir), corpus=str(corpus), out=str(first), teacher="fake",
+                         inference_free=True, consistency_rank=3, negatives=1, negative_depth=5,
+                         queries=PseudoQueryConfig(per_passage=2), batch_size=4, epochs=1, save_steps=0,
+                         max_seq_length=16, threads=1, teacher_temperature=0.05)
+    prepared = adapt(config, prepare_only=True)
+    assert prepared.train == {} and not (first / "modules.json").exists() and prepared.rows > 0
+    # another machine: the corpus at another path, the work folder copied, the teacher absent
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(corpus, elsewhere / "corpus.jsonl")
+    shutil.copytree(first / "adapt_work", tmp_path / "run" / "adapt_work")
+    bow_teacher.clear()
+    moved = replace(config, corpus=str(elsewhere / "corpus.jsonl"), out=str(tmp_path / "run"), loss="kldiv",
+                    teacher_temperature=0.01, document_regularizer_weight=3e-4)
+    result = adapt(moved)
+    assert bow_teacher == [] and result.rows == prepared.rows and result.train["steps"] >= 1
+    rows = [json.loads(x) for x in (first / "adapt_work" / "pairs.jsonl").read_text().splitlines()]
+    rescaled = [json.loads(x) for x in (tmp_path / "run" / "adapt_work" / "pairs.T0.01.jsonl").read_text().splitlines()]
+    assert [s for r in rescaled for s in r["scores"]] == pytest.approx([s * 5 for r in rows for s in r["scores"]])
+    saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    assert saved["document_regularizer_weight"] == 3e-4 and saved["dataset"].endswith("pairs.T0.01.jsonl")
