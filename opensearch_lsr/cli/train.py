@@ -5,7 +5,7 @@ import click
 
 from .app import cli, echo_json, user_errors
 
-__all__ = ["train_cmd", "adapt_cmd"]
+__all__ = ["train_cmd", "adapt_cmd", "average_models_cmd"]
 
 
 @cli.command("train")
@@ -154,6 +154,11 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--kl-weight", type=float, default=0.0, show_default=True,
               help="With --loss infonce: add this x KL(teacher || student) on the rows' teacher scores.")
 @click.option("--idf-flops", is_flag=True, help="Inference-free: weight the document FLOPS per token by 1/idf.")
+@click.option("--mlm-epochs", type=float, default=0.0, show_default=True,
+              help="Continued masked-LM training on the corpus before adapting (fits the transferred vocabulary "
+                   "head to the corpus; 0 = none).")
+@click.option("--mlm-scope", type=click.Choice(["all", "embeddings"]), default="all", show_default=True,
+              help="--mlm-epochs: train everything, or the word embeddings + MLM head only.")
 @click.option("--epochs", type=float, default=1.0, show_default=True)
 @click.option("--batch-size", type=int, default=32, show_default=True)
 @click.option("--lr", type=float, default=1e-4, show_default=True)
@@ -168,7 +173,8 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--seed", type=int, default=42, show_default=True)
 def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split, queries_per_passage, strategies,
               consistency_rank, negatives, negative_depth, negative_min_rank, holdout_queries, teacher_margin,
-              teacher_temperature, loss, doc_reg, kl_weight, idf_flops, epochs, batch_size, lr, max_seq_length,
+              teacher_temperature, loss, doc_reg, kl_weight, idf_flops, mlm_epochs, mlm_scope, epochs, batch_size, lr,
+              max_seq_length,
               prepare_only, save_steps, max_pairs, threads, seed):
     """Adapt a transferred encoder to a corpus with no labelled query (GPL-style).
 
@@ -188,9 +194,28 @@ def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split,
                                       seed=seed),
             consistency_rank=consistency_rank, negatives=negatives, negative_depth=negative_depth,
             negative_min_rank=negative_min_rank, holdout_queries=holdout_queries,
-            document_regularizer_weight=doc_reg, kl_weight=kl_weight, idf_flops=idf_flops,
+            document_regularizer_weight=doc_reg, kl_weight=kl_weight, idf_flops=idf_flops, mlm_epochs=mlm_epochs,
+            mlm_scope=mlm_scope,
             teacher_margin=teacher_margin, teacher_temperature=teacher_temperature, loss=loss, epochs=epochs,
             batch_size=batch_size, lr=lr, max_seq_length=max_seq_length, save_steps=save_steps,
             max_pairs=max_pairs, threads=threads, seed=seed)
         result = adapt(config, prepare_only=prepare_only)
     echo_json(result.__dict__)
+
+
+@cli.command("average-models")
+@click.argument("models", nargs=-1, required=True)
+@click.option("--out", required=True, help="The averaged model's directory (new).")
+@click.option("--weights", default=None, help="Comma-separated mixing weights, one per model (default: equal).")
+def average_models_cmd(models, out, weights):
+    """Average the weights of MODELS (fine-tuned from one starting model) into one encoder: a "model soup".
+
+    The result loads, exports and deploys like either model and costs the same at query and index time;
+    evaluate it against both (`lsr-os eval`) before shipping it.
+    """
+    from ..training.ensemble import average_models
+
+    with user_errors():
+        parsed = [float(w) for w in weights.split(",")] if weights else None
+        path = average_models(list(models), out, parsed)
+    echo_json({"out": str(path), "models": list(models), "weights": parsed or "equal"})

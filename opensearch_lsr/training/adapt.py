@@ -62,6 +62,8 @@ class AdaptConfig(ArtifactConfig):
             go to ``<out>/holdout_queries.json`` for ``lsr-os tune-hybrid``).
         document_regularizer_weight, kl_weight, idf_flops: the trainer's (``TrainConfig``): the document FLOPS
             weight, a KL term added to InfoNCE, the 1/idf-weighted FLOPS.
+        mlm_epochs, mlm_scope: continued masked-LM training on the corpus before the ranking training
+            (:mod:`.mlm`; 0 = none), of everything or of the embeddings + MLM head only.
         teacher_margin: skip candidates whose teacher cosine is within this of the positive's.
         teacher_temperature: scores in the rows are ``cosine / teacher_temperature``.
         loss, epochs, batch_size, lr, max_seq_length, save_steps, threads, seed, max_pairs: the trainer's.
@@ -97,6 +99,8 @@ class AdaptConfig(ArtifactConfig):
     document_regularizer_weight: float = 1e-4
     kl_weight: float = 0.0
     idf_flops: bool = False
+    mlm_epochs: float = 0.0
+    mlm_scope: str = "all"
 
     def validate(self) -> None:
         """Raise ``ValueError`` (one sentence) for an invalid parameter."""
@@ -123,6 +127,9 @@ class AdaptConfig(ArtifactConfig):
             raise ValueError("kl_weight adds a KL term to infonce: use --loss infonce (or kldiv alone)")
         if self.idf_flops and not self.inference_free:
             raise ValueError("idf_flops weights the document FLOPS by the IDF query side: add --inference-free")
+        if self.mlm_epochs < 0 or self.mlm_scope not in ("embeddings", "all"):
+            raise ValueError(f"need mlm_epochs >= 0 and mlm_scope embeddings or all, got {self.mlm_epochs}, "
+                             f"{self.mlm_scope!r}")
         if not self.teacher_temperature > 0:
             raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
 
@@ -335,6 +342,20 @@ def _rows_at_temperature(work: Path, pairs_path: Path, stats: dict, temperature:
     return path
 
 
+def _mlm_start(config: AdaptConfig, work: Path, corpus: dict[str, str]) -> str:
+    """The starting model after continued MLM training on the corpus (cached in ``adapt_work/mlm_model``)."""
+    from .mlm import MlmConfig, continue_mlm
+
+    mlm = MlmConfig(epochs=config.mlm_epochs, scope=config.mlm_scope, seed=config.seed)  # type: ignore[arg-type]
+    target = work / "mlm_model"
+    wanted = {**mlm.to_dict(), "model": str(config.model)}
+    saved = target / MlmConfig.FILENAME
+    if saved.is_file() and all(read_json(saved).get(k) == v for k, v in wanted.items()):
+        return str(target)
+    continue_mlm(config.model, list(corpus.values()), target, mlm)
+    return str(target)
+
+
 def adapt(config: AdaptConfig, prepare_only: bool = False) -> AdaptResult:
     """Run the whole adaptation (see the module docstring); resumable stage by stage.
 
@@ -411,8 +432,9 @@ def adapt(config: AdaptConfig, prepare_only: bool = False) -> AdaptResult:
         return AdaptResult(out=str(out), passages=len(corpus), bad_records=len(bad), pseudo_queries=len(pseudo),
                            kept_pseudo_queries=kept, labelled_pairs=labelled, rows=len(rows), train={})
     train_rows = _rows_at_temperature(work, pairs_path, stats, config.teacher_temperature)
+    start_model = _mlm_start(config, work, corpus) if config.mlm_epochs > 0 else config.model
     train_config = TrainConfig(
-        model=config.model, dataset=str(train_rows), out=str(out), loss=config.loss,
+        model=start_model, dataset=str(train_rows), out=str(out), loss=config.loss,
         document_regularizer_weight=config.document_regularizer_weight, kl_weight=config.kl_weight,
         idf_flops=config.idf_flops, holdout_queries=0,
         inference_free=config.inference_free, idf=str(idf_path) if config.inference_free else None,

@@ -119,3 +119,49 @@ def test_adapt_prepared_elsewhere_trains_here_and_rescales_scores(tmp_path, tiny
     assert [s for r in rescaled for s in r["scores"]] == pytest.approx([s * 5 for r in rows for s in r["scores"]])
     saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert saved["document_regularizer_weight"] == 3e-4 and saved["dataset"].endswith("pairs.T0.01.jsonl")
+
+
+def test_average_models_is_the_weighted_mean(tmp_path, tiny_encoder_dir):
+    from click.testing import CliRunner
+    from safetensors.torch import load_file, save_file
+
+    from opensearch_lsr.cli import cli
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(tiny_encoder_dir, a)
+    shutil.copytree(tiny_encoder_dir, b)
+    weights_file = next(b.rglob("*.safetensors"))
+    tensors = load_file(str(weights_file))
+    save_file({k: (v + 1.0 if v.is_floating_point() else v) for k, v in tensors.items()}, str(weights_file))
+    res = CliRunner().invoke(cli, ["average-models", str(a), str(b), "--out", str(tmp_path / "soup"),
+                                   "--weights", "3,1"])
+    assert res.exit_code == 0, res.output
+    rel = weights_file.relative_to(b)
+    soup = load_file(str(tmp_path / "soup" / rel))
+    first = load_file(str(a / rel))
+    key = next(k for k, v in first.items() if v.is_floating_point())
+    assert torch.allclose(soup[key], first[key] + 0.25, atol=1e-6)
+    from sentence_transformers import SparseEncoder
+
+    assert SparseEncoder(str(tmp_path / "soup")).encode_document(["seoul"]).shape[-1] > 0
+    again = CliRunner().invoke(cli, ["average-models", str(a), "--out", str(tmp_path / "x")])
+    assert again.exit_code != 0 and "at least two" in again.output
+
+
+@pytest.mark.parametrize("scope", ["embeddings", "all"])
+def test_continued_mlm_changes_only_its_scope(tmp_path, tiny_encoder_dir, scope):
+    from safetensors.torch import load_file
+
+    from opensearch_lsr.training.mlm import MlmConfig, continue_mlm
+
+    texts = ["seoul is the capital of korea", "the river runs through the city", "a dog and a cat"] * 4
+    facts = continue_mlm(str(tiny_encoder_dir), texts, tmp_path / "m", MlmConfig(epochs=2, scope=scope, batch_size=4,
+                                                                                  lr=1e-2, max_seq_length=16))
+    assert facts["steps"] == 6 and facts["first_loss"] > 0
+    before = load_file(str(next(tiny_encoder_dir.rglob("model.safetensors"))))
+    after = load_file(str(next((tmp_path / "m").rglob("model.safetensors"))))
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert any("word_embeddings" in k for k in changed)
+    layers = {k for k in changed if ".layer." in k}
+    assert (layers == set()) if scope == "embeddings" else layers
+    assert json.loads((tmp_path / "m" / "mlm_config.json").read_text())["scope"] == scope

