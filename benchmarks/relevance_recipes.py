@@ -59,23 +59,8 @@ GROUPS = {
     + " --prepare-only",
 }
 
-RECIPES = [
+RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY, "corpus"),
-    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + " --idf-flops", "corpus"),
-    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)",
-           CORPUS_ONLY + " --kl-weight 1 --teacher-temperature 0.0015", "corpus"),
-    Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5", "corpus"),
-    Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4", "corpus"),
-    Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3", "corpus"),
-    Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2", "corpus"),
-    Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
-           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope all", "corpus"),
-    Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
-           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope embeddings", "corpus"),
     Recipe("l-inbatch", "labelled, in-batch negatives (the previous default)",
            "train --model {work}/c-infonce --dataset {data} --split train --inference-free --loss infonce "
            "--max-seq-length 96 --eval-split '' --no-final-eval --out {work}/{name}", needs=["c-infonce"]),
@@ -84,8 +69,23 @@ RECIPES = [
     Recipe("l-hn-kl", "labelled, denoised hard negatives + KL (T 0.0015)",
            LABELLED.replace("{base}", "c-infonce") + " --kl-weight 1 --teacher-temperature 0.0015", "labels-hn",
            needs=["c-infonce"]),
+    Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5", "corpus"),
+    Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3", "corpus"),
+    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)",
+           CORPUS_ONLY + " --kl-weight 1 --teacher-temperature 0.0015", "corpus"),
+    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + " --idf-flops", "corpus"),
+    Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
+           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope all", "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
            "average-models {work}/c-infonce {work}/l-hn --out {work}/{name}", needs=["c-infonce", "l-hn"]),
+    Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4", "corpus"),
+    Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2", "corpus"),
+    Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
+           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope embeddings", "corpus"),
 ]
 
 
@@ -99,6 +99,10 @@ def _fill(text: str, args, recipe: Recipe | None = None) -> str:
     return text
 
 
+class CommandFailed(RuntimeError):
+    """An lsr-os command exited non-zero (its output is in the log)."""
+
+
 def _lsr(command: str, log: Path) -> float:
     t0 = time.perf_counter()
     argv = [sys.executable, "-m", "opensearch_lsr.cli", *shlex.split(command)]
@@ -107,7 +111,7 @@ def _lsr(command: str, log: Path) -> float:
         fh.flush()
         done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT)
     if done.returncode:
-        raise SystemExit(f"lsr-os {command} failed (exit {done.returncode}); see {log}")
+        raise CommandFailed(f"lsr-os {command} failed (exit {done.returncode}); see {log}")
     return time.perf_counter() - t0
 
 
@@ -214,11 +218,23 @@ def train(args) -> None:
             continue
         if recipe.name in meta["models"]:
             continue
+        missing = [n for n in recipe.needs if not (work / n / "modules.json").is_file()]
+        if missing:
+            print(f"{recipe.name}: skipped, needs {missing}", flush=True)
+            continue
         if recipe.group:
             _copy_prepared(recipe, work)
         command = _fill(recipe.args, args, recipe)
-        seconds = _lsr(command, work / "train.log")
-        runs, stats = _model_runs(str(work / recipe.name), args.data, work)
+        if args.smoke and not command.startswith("average-models"):
+            command += f" --max-pairs {args.smoke}"
+        try:
+            seconds = _lsr(command, work / "train.log")
+            runs, stats = _model_runs(str(work / recipe.name), args.data, work)
+        except Exception as err:  # noqa: BLE001 - one failed recipe must not cost the others
+            print(f"{recipe.name}: FAILED {err}", flush=True)
+            meta.setdefault("failed", {})[recipe.name] = str(err)[-500:]
+            meta_path.write_text(json.dumps(meta, indent=1, ensure_ascii=False))
+            continue
         summary = {}
         for name in ("train_summary.json", "adapt_summary.json"):
             if (work / recipe.name / name).exists():
@@ -242,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", default=None)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--no-teacher", action="store_true", help="report: leave out the e5 teacher rows.")
+    ap.add_argument("--smoke", type=int, default=0, help="train: train on the first N rows only (a quick check).")
     args = ap.parse_args(argv)
     if args.stage == "prepare":
         prepare(args)

@@ -148,6 +148,9 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
               help="Skip negatives whose teacher cosine is within this of the positive's (false negatives).")
 @click.option("--teacher-temperature", type=float, default=0.01, show_default=True,
               help="Row scores are cosine / this (read by --loss kldiv / marginmse).")
+@click.option("--teacher-mix", type=float, default=0.0, show_default=True,
+              help="Heterogeneous teacher: per query, (1 - MIX) x min-max(dense) + MIX x min-max(nori BM25) ranks "
+                   "candidates (filter, negatives) and gives the soft labels; 0 = the dense teacher alone.")
 @click.option("--loss", type=click.Choice(["infonce", "marginmse", "kldiv"]), default="infonce", show_default=True)
 @click.option("--doc-reg", type=float, default=1e-4, show_default=True,
               help="Document FLOPS weight (re-tune it per loss: distillation losses live at another scale).")
@@ -173,7 +176,7 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--seed", type=int, default=42, show_default=True)
 def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split, queries_per_passage, strategies,
               consistency_rank, negatives, negative_depth, negative_min_rank, holdout_queries, teacher_margin,
-              teacher_temperature, loss, doc_reg, kl_weight, idf_flops, mlm_epochs, mlm_scope, epochs, batch_size, lr,
+              teacher_temperature, teacher_mix, loss, doc_reg, kl_weight, idf_flops, mlm_epochs, mlm_scope, epochs, batch_size, lr,
               max_seq_length,
               prepare_only, save_steps, max_pairs, threads, seed):
     """Adapt a transferred encoder to a corpus with no labelled query (GPL-style).
@@ -195,7 +198,7 @@ def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split,
             consistency_rank=consistency_rank, negatives=negatives, negative_depth=negative_depth,
             negative_min_rank=negative_min_rank, holdout_queries=holdout_queries,
             document_regularizer_weight=doc_reg, kl_weight=kl_weight, idf_flops=idf_flops, mlm_epochs=mlm_epochs,
-            mlm_scope=mlm_scope,
+            mlm_scope=mlm_scope, teacher_mix=teacher_mix,
             teacher_margin=teacher_margin, teacher_temperature=teacher_temperature, loss=loss, epochs=epochs,
             batch_size=batch_size, lr=lr, max_seq_length=max_seq_length, save_steps=save_steps,
             max_pairs=max_pairs, threads=threads, seed=seed)

@@ -62,6 +62,9 @@ class AdaptConfig(ArtifactConfig):
             go to ``<out>/holdout_queries.json`` for ``lsr-os tune-hybrid``).
         document_regularizer_weight, kl_weight, idf_flops: the trainer's (``TrainConfig``): the document FLOPS
             weight, a KL term added to InfoNCE, the 1/idf-weighted FLOPS.
+        teacher_mix: a heterogeneous teacher: per query ``(1 - mix) * minmax(dense cosine) + mix *
+            minmax(nori BM25)`` ranks the candidates for the consistency filter and the negatives and gives the
+            soft labels (``mixed / teacher_temperature``); 0 = the dense teacher alone.
         mlm_epochs, mlm_scope: continued masked-LM training on the corpus before the ranking training
             (:mod:`.mlm`; 0 = none), of everything or of the embeddings + MLM head only.
         teacher_margin: skip candidates whose teacher cosine is within this of the positive's.
@@ -101,6 +104,7 @@ class AdaptConfig(ArtifactConfig):
     idf_flops: bool = False
     mlm_epochs: float = 0.0
     mlm_scope: str = "all"
+    teacher_mix: float = 0.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` (one sentence) for an invalid parameter."""
@@ -127,6 +131,8 @@ class AdaptConfig(ArtifactConfig):
             raise ValueError("kl_weight adds a KL term to infonce: use --loss infonce (or kldiv alone)")
         if self.idf_flops and not self.inference_free:
             raise ValueError("idf_flops weights the document FLOPS by the IDF query side: add --inference-free")
+        if not 0 <= self.teacher_mix < 1:
+            raise ValueError(f"teacher_mix must be in [0, 1), got {self.teacher_mix}")
         if self.mlm_epochs < 0 or self.mlm_scope not in ("embeddings", "all"):
             raise ValueError(f"need mlm_epochs >= 0 and mlm_scope embeddings or all, got {self.mlm_epochs}, "
                              f"{self.mlm_scope!r}")
@@ -155,6 +161,8 @@ class AdaptConfig(ArtifactConfig):
                "teacher_margin": self.teacher_margin, "seed": self.seed}
         if self.negative_min_rank:
             key["negative_min_rank"] = self.negative_min_rank
+        if self.teacher_mix:
+            key["teacher_mix"] = self.teacher_mix
         return json.loads(json.dumps(key))
 
 
@@ -232,7 +240,7 @@ def label_queries(queries: list[tuple[str, str, set[str]]], corpus: dict[str, st
     qvecs = get_bridge(config.teacher, prompt="query").embed([q[1] for q in queries], desc="teacher: queries")
     depth = min(len(doc_ids), config.negative_depth + config.consistency_rank + 8)
     bm25_run: dict[str, dict[str, float]] = {}
-    if "bm25" in config.negative_sources and config.negatives:
+    if ("bm25" in config.negative_sources and config.negatives) or config.teacher_mix > 0:
         from ..lexical.bm25 import LuceneBM25
         from ..lexical.nori import NoriAnalyzer
 
@@ -250,6 +258,9 @@ def label_queries(queries: list[tuple[str, str, set[str]]], corpus: dict[str, st
             if not positives:
                 continue
             top = [int(i) for i in ranked[r]]
+            if config.teacher_mix > 0:
+                top, sims[r] = _mixed_teacher(top, positives, sims[r], bm25_run.get(qid, {}), index_of,
+                                              config.teacher_mix)
             if consistency and not positives & set(top[:config.consistency_rank]):
                 dropped += 1
                 continue
@@ -274,6 +285,32 @@ def label_queries(queries: list[tuple[str, str, set[str]]], corpus: dict[str, st
                 rows.append({"query": text, "positive": corpus[pid], "negative": [corpus[doc_ids[i]] for i in picks],
                              "scores": [float(sims[r, p]) / T] + [float(sims[r, i]) / T for i in picks]})
     return rows, dropped
+
+
+def _mixed_teacher(top: list[int], positives: set[int], sims: np.ndarray, bm25: dict[str, float],
+                   index_of: dict[str, int], mix: float) -> tuple[list[int], np.ndarray]:
+    """The heterogeneous teacher of one query: ``(1 - mix) * minmax(dense) + mix * minmax(BM25)`` over the
+    union of both top lists and the positives (a candidate BM25 did not return scores 0 there, as in
+    neural-search's min-max hybrid). Returns the candidates re-ranked and ``sims`` with their mixed scores
+    (every other passage at -inf: never a candidate)."""
+    bm = {index_of[d]: s for d, s in bm25.items() if d in index_of}
+    cands = list(dict.fromkeys([*top, *bm, *positives]))
+    dense = sims[cands].astype(np.float64)
+    lex = np.asarray([bm.get(i, np.nan) for i in cands], np.float64)
+
+    def minmax(x: np.ndarray) -> np.ndarray:
+        ok = ~np.isnan(x)
+        out = np.zeros(len(x))
+        if ok.any():
+            lo, hi = x[ok].min(), x[ok].max()
+            out[ok] = 1.0 if hi == lo else (x[ok] - lo) / (hi - lo)
+        return out
+
+    mixed = (1.0 - mix) * minmax(dense) + mix * minmax(lex)
+    out = np.full_like(sims, -np.inf)
+    out[cands] = mixed
+    order = np.argsort(-mixed, kind="stable")
+    return [cands[i] for i in order][:len(top)], out
 
 
 def _labelled_queries(config: AdaptConfig, corpus: dict[str, str]) -> tuple[list[tuple[str, str, set[str]]], list[str]]:

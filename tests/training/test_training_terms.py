@@ -165,3 +165,21 @@ def test_continued_mlm_changes_only_its_scope(tmp_path, tiny_encoder_dir, scope)
     layers = {k for k in changed if ".layer." in k}
     assert (layers == set()) if scope == "embeddings" else layers
     assert json.loads((tmp_path / "m" / "mlm_config.json").read_text())["scope"] == scope
+
+
+def test_mixed_teacher_ranks_by_the_min_max_mix():
+    import numpy as np
+
+    from opensearch_lsr.training.adapt import _mixed_teacher
+
+    index_of = {f"d{i}": i for i in range(6)}
+    sims = np.asarray([0.9, 0.8, 0.7, 0.1, 0.0, 0.5], np.float32)
+    top = [0, 1, 2]
+    bm25 = {"d2": 10.0, "d3": 5.0, "d0": 0.0}
+    ranked, mixed = _mixed_teacher(top, {5}, sims.copy(), bm25, index_of, mix=0.5)
+    # candidates 0,1,2,3,5: dense min-max over them (0.1..0.9), BM25 min-max over 2,3,0; d1 and d5 absent: 0
+    dense = {0: 1.0, 1: 0.875, 2: 0.75, 3: 0.0, 5: 0.5}
+    lex = {0: 0.0, 1: 0.0, 2: 1.0, 3: 0.5, 5: 0.0}
+    want = {i: 0.5 * dense[i] + 0.5 * lex[i] for i in dense}
+    assert ranked == sorted(want, key=lambda i: -want[i])[:3] == [2, 0, 1]
+    assert mixed[4] == -np.inf and all(abs(mixed[i] - v) < 1e-6 for i, v in want.items())
