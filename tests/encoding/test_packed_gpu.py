@@ -65,3 +65,14 @@ def test_varlen_window_equals_the_padded_band_mask():
     got = varlen_attn(q, k, v, seg.cu_seqlens, seg.cu_seqlens, seg.max_len, seg.max_len, window_size=(8, 8))
     expected = padded_attention(q, k, v, seg, window=8)
     assert (got.float() - expected.float()).abs().max().item() < 2e-2
+
+
+def test_warm_up_changes_neither_counters_nor_outputs(splade_tiny_dir):
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp32")
+    cold = enc.encode(TEXTS)
+    fresh = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp32")
+    assert fresh.warm_up(64) > 0
+    assert fresh.stats.texts == 0 and fresh.stats.tokens == 0 and fresh.runner.stats.batches == 0
+    warm = fresh.encode(TEXTS)
+    assert all(np.array_equal(a.ids, b.ids) and np.allclose(a.weights, b.weights, atol=1e-5) for a, b in zip(cold, warm))
+    assert SparseDocumentEncoder(splade_tiny_dir, device="cpu").warm_up() == 0.0
