@@ -80,6 +80,8 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope all", "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
            "average-models {work}/c-infonce {work}/l-hn --out {work}/{name}", needs=["c-infonce", "l-hn"]),
+    Recipe("sum-l-hn-kl", "summed document vectors of the two labelled hard-negative models (one field)",
+           "sum {work}/l-hn {work}/l-hn-kl", needs=["l-hn", "l-hn-kl"]),
     Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4", "corpus"),
     Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
@@ -167,7 +169,44 @@ def _positive_mass(ids, docs, data: str) -> dict[str, float]:
             "train_positive_share": float(is_pos.mean())}
 
 
-def _model_runs(model: str, data: str, work: Path) -> tuple[dict[str, np.ndarray], dict]:
+class _SummedEncoder:
+    """Document vectors of several encoders of one vocabulary, summed (a free ensemble in one field)."""
+
+    def __init__(self, encoders):
+        self.encoders = encoders
+        self.keys = encoders[0].keys
+
+    def encode(self, texts):
+        from opensearch_lsr.encoding.sparse_vector import SparseVector
+
+        out = []
+        for vecs in zip(*(e.encode(texts) for e in self.encoders)):
+            ids = np.concatenate([v.ids for v in vecs])
+            weights = np.concatenate([v.weights for v in vecs])
+            uniq, inverse = np.unique(ids, return_inverse=True)
+            out.append(SparseVector(uniq.astype(np.int64), np.bincount(inverse, weights).astype(np.float32)))
+        return out
+
+
+def _summed_index(models: list[str], target: Path, doc_ids: list[str], texts: list[str]) -> str:
+    """A local index of the summed document vectors of ``models`` (the first model's IDF queries it)."""
+    from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+    from opensearch_lsr.encoding.indexing import index_records
+    from opensearch_lsr.engines import make_engine
+    from opensearch_lsr.evaluation.pipeline import TEXT_FIELD, VECTOR_FIELD
+    from opensearch_lsr.inference_free import inference_free_parts, is_inference_free
+
+    encoders = [SparseDocumentEncoder(str(inference_free_parts(m)[0]) if is_inference_free(m) else m) for m in models]
+    if len({tuple(e.keys) for e in encoders}) != 1:
+        raise ValueError(f"{models} do not share one vocabulary: their vectors cannot be summed")
+    writer = make_engine("local").document_writer(str(target), text_field=TEXT_FIELD, sparse_field=VECTOR_FIELD)
+    index_records(zip(doc_ids, texts), _SummedEncoder(encoders), writer)
+    writer.close()
+    _summed_index.last = writer.index
+    return models[0]
+
+
+def _model_runs(model: str, data: str, work: Path, max_docs: int = 0) -> tuple[dict[str, np.ndarray], dict]:
     """Index the corpus with ``model`` through ``lsr-os index``'s path into a local index, search it with the
     IDF query tokens ``SPARSE_TOKENIZE`` gives, as ``lsr-os eval --query-mode tokens`` does (no metrics here)."""
     from opensearch_lsr.encoding.keyed import SparseKeyedEncoder
@@ -178,12 +217,16 @@ def _model_runs(model: str, data: str, work: Path) -> tuple[dict[str, np.ndarray
     from opensearch_lsr.idf import load_idf
 
     sets, dev = _query_sets(data)
-    doc_ids = list(dev.corpus)
+    doc_ids = list(dev.corpus)[:max_docs or None]
     row_of = {d: i for i, d in enumerate(doc_ids)}
     target = work / "index"
     shutil.rmtree(target, ignore_errors=True)
     t0 = time.perf_counter()
-    index = index_local(target, doc_ids, [dev.corpus[d] for d in doc_ids], model)
+    if model.startswith("sum:"):  # several models' document vectors summed into one field
+        model = _summed_index(model[4:].split(","), target, doc_ids, [dev.corpus[d] for d in doc_ids])
+        index = _summed_index.last
+    else:
+        index = index_local(target, doc_ids, [dev.corpus[d] for d in doc_ids], model)
     stats = {"index_documents_s": round(time.perf_counter() - t0, 2)}
     field = vector_field_of(index)
     tokenizer = SparseKeyedEncoder(model).model.tokenizer
@@ -225,11 +268,14 @@ def train(args) -> None:
         if recipe.group:
             _copy_prepared(recipe, work)
         command = _fill(recipe.args, args, recipe)
-        if args.smoke and not command.startswith("average-models"):
+        if args.smoke and not command.startswith(("average-models", "sum ")):
             command += f" --max-pairs {args.smoke}"
         try:
-            seconds = _lsr(command, work / "train.log")
-            runs, stats = _model_runs(str(work / recipe.name), args.data, work)
+            if command.startswith("sum "):  # no model to build: the listed models' vectors are summed at indexing
+                seconds, target = 0.0, "sum:" + ",".join(command.split()[1:])
+            else:
+                seconds, target = _lsr(command, work / "train.log"), str(work / recipe.name)
+            runs, stats = _model_runs(target, args.data, work, 300 if args.smoke else 0)
         except Exception as err:  # noqa: BLE001 - one failed recipe must not cost the others
             print(f"{recipe.name}: FAILED {err}", flush=True)
             meta.setdefault("failed", {})[recipe.name] = str(err)[-500:]
@@ -239,7 +285,8 @@ def train(args) -> None:
         for name in ("train_summary.json", "adapt_summary.json"):
             if (work / recipe.name / name).exists():
                 summary = json.loads((work / recipe.name / name).read_text())
-        meta["models"][recipe.name] = {"label": recipe.label, "command": "lsr-os " + command, "seconds": round(seconds, 1),
+        meta["models"][recipe.name] = {"label": recipe.label,
+                                       "command": command if command.startswith("sum ") else "lsr-os " + command, "seconds": round(seconds, 1),
                                        "stats": stats, "summary": summary}
         arrays.update({f"{recipe.name}__{k}": v for k, v in runs.items()})
         meta["run"] = harness.run_info()
@@ -258,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", default=None)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--no-teacher", action="store_true", help="report: leave out the e5 teacher rows.")
-    ap.add_argument("--smoke", type=int, default=0, help="train: train on the first N rows only (a quick check).")
+    ap.add_argument("--smoke", type=int, default=0, help="train: train on the first N rows and index 300 passages only (a quick check of the commands).")
     args = ap.parse_args(argv)
     if args.stage == "prepare":
         prepare(args)
