@@ -50,13 +50,15 @@ def average_models(models: Sequence[str | Path], out: str | Path, weights: Seque
     for path in paths:
         if not (path / "modules.json").is_file():
             raise ValueError(f"{path} is not a SparseEncoder directory (no modules.json)")
-    files = sorted(p.relative_to(paths[0]) for p in paths[0].rglob("*.safetensors"))
+    skip = {"checkpoints", "adapt_work"}  # training leftovers, not the model
+    files = sorted(p.relative_to(paths[0]) for p in paths[0].rglob("*.safetensors")
+                   if not skip & set(p.relative_to(paths[0]).parts))
     if not files:
         raise ValueError(f"{paths[0]} holds no *.safetensors weights")
     target = Path(out)
     if target.exists():
         raise ValueError(f"{target} exists: choose a new directory")
-    shutil.copytree(paths[0], target, ignore=shutil.ignore_patterns("checkpoints", "adapt_work"))
+    shutil.copytree(paths[0], target, ignore=shutil.ignore_patterns(*skip))
     for rel in files:
         tensors = [load_file(str(p / rel)) for p in paths if (p / rel).is_file()]
         if len(tensors) != len(paths):

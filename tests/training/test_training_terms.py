@@ -183,3 +183,19 @@ def test_mixed_teacher_ranks_by_the_min_max_mix():
     want = {i: 0.5 * dense[i] + 0.5 * lex[i] for i in dense}
     assert ranked == sorted(want, key=lambda i: -want[i])[:3] == [2, 0, 1]
     assert mixed[4] == -np.inf and all(abs(mixed[i] - v) < 1e-6 for i, v in want.items())
+
+
+def test_adapt_with_mlm_starts_training_from_the_mlm_model(tmp_path, tiny_encoder_dir, bow_teacher):
+    pytest.importorskip("mecab_ko")
+    from opensearch_lsr.training.adapt import AdaptConfig, adapt
+    from opensearch_lsr.training.pseudo_queries import PseudoQueryConfig
+
+    config = AdaptConfig(model=str(tiny_encoder_dir), corpus=str(_corpus_file(tmp_path)), out=str(tmp_path / "o"),
+                         teacher="fake", inference_free=True, consistency_rank=3, negatives=1, negative_depth=5,
+                         queries=PseudoQueryConfig(per_passage=2), batch_size=4, epochs=1, save_steps=0,
+                         max_seq_length=16, threads=1, mlm_epochs=1, mlm_scope="embeddings")
+    result = adapt(config)
+    mlm_dir = tmp_path / "o" / "adapt_work" / "mlm_model"
+    assert json.loads((mlm_dir / "mlm_config.json").read_text())["steps"] == 1  # 15 passages, batches of 32
+    assert json.loads((tmp_path / "o" / "train_config.json").read_text())["model"] == str(mlm_dir)
+    assert result.train["steps"] >= 1
