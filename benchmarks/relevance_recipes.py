@@ -75,6 +75,12 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("l-hn-kl", "labelled, denoised hard negatives + KL (T 0.0015)",
            LABELLED.replace("{base}", "c-infonce") + " --kl-weight 1 --teacher-temperature 0.0015", "labels-hn",
            needs=["c-infonce"]),
+    Recipe("l-hn-kl-e2", "labelled, denoised hard negatives + KL (T 0.0015), 2 epochs",
+           LABELLED.replace("{base}", "c-infonce") + " --kl-weight 1 --teacher-temperature 0.0015 --epochs 2",
+           "labels-hn", needs=["c-infonce"]),
+    Recipe("l-hn-kl3", "labelled, denoised hard negatives + 3 x KL (T 0.0015)",
+           LABELLED.replace("{base}", "c-infonce") + " --kl-weight 3 --teacher-temperature 0.0015", "labels-hn",
+           needs=["c-infonce"]),
     Recipe("c-mix", "corpus-only, InfoNCE, heterogeneous teacher (e5 + nori BM25)",
            CORPUS_ONLY + " --teacher-mix 0.35", "corpus-mix"),
     Recipe("l-mix", "labelled, denoised hard negatives of the heterogeneous teacher, from c-mix",
@@ -301,8 +307,8 @@ def train(args) -> None:
         for name in ("train_summary.json", "adapt_summary.json"):
             if (work / recipe.name / name).exists():
                 summary = json.loads((work / recipe.name / name).read_text())
-        meta["models"][recipe.name] = {"label": recipe.label,
-                                       "command": command if command.startswith("sum ") else "lsr-os " + command, "seconds": round(seconds, 1),
+        shown = command if command.startswith("sum ") else "lsr-os " + command
+        meta["models"][recipe.name] = {"label": recipe.label, "command": shown, "seconds": round(seconds, 1),
                                        "stats": stats, "summary": summary}
         arrays.update({f"{recipe.name}__{k}": v for k, v in runs.items()})
         meta["run"] = harness.run_info()
