@@ -65,35 +65,35 @@ GROUPS = {
     + " --teacher-mix 0.35 --prepare-only",
 }
 
+#: Recipes measured before IDF-aware FLOPS became adapt's inference-free default carry --no-idf-flops.
+OLD = " --no-idf-flops"
+KL = " --kl-weight 1 --teacher-temperature 0.0015"
+
 RECIPES = [  # in priority order: a run cut short keeps the first ones
-    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY, "corpus"),
+    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + OLD, "corpus"),
     Recipe("l-inbatch", "labelled, in-batch negatives (the previous default)",
            "train --model {work}/c-infonce --dataset {data} --split train --inference-free --loss infonce "
            "--max-seq-length 96 --eval-split '' --no-final-eval --out {work}/{name}", needs=["c-infonce"]),
     Recipe("l-hn", "labelled, denoised hard negatives (teacher + BM25 ranks 5-50, margin 0.05)",
-           LABELLED.replace("{base}", "c-infonce"), "labels-hn", needs=["c-infonce"]),
+           LABELLED.replace("{base}", "c-infonce") + OLD, "labels-hn", needs=["c-infonce"]),
     Recipe("l-hn-kl", "labelled, denoised hard negatives + KL (T 0.0015)",
-           LABELLED.replace("{base}", "c-infonce") + " --kl-weight 1 --teacher-temperature 0.0015", "labels-hn",
-           needs=["c-infonce"]),
+           LABELLED.replace("{base}", "c-infonce") + KL + OLD, "labels-hn", needs=["c-infonce"]),
     Recipe("l-hn-kl-e2", "labelled, denoised hard negatives + KL (T 0.0015), 2 epochs",
-           LABELLED.replace("{base}", "c-infonce") + " --kl-weight 1 --teacher-temperature 0.0015 --epochs 2",
-           "labels-hn", needs=["c-infonce"]),
-    Recipe("l-hn-kl3", "labelled, denoised hard negatives + 3 x KL (T 0.0015)",
-           LABELLED.replace("{base}", "c-infonce") + " --kl-weight 3 --teacher-temperature 0.0015", "labels-hn",
-           needs=["c-infonce"]),
+           LABELLED.replace("{base}", "c-infonce") + KL + " --epochs 2" + OLD, "labels-hn", needs=["c-infonce"]),
     Recipe("c-mix", "corpus-only, InfoNCE, heterogeneous teacher (e5 + nori BM25)",
-           CORPUS_ONLY + " --teacher-mix 0.35", "corpus-mix"),
+           CORPUS_ONLY + " --teacher-mix 0.35" + OLD, "corpus-mix"),
     Recipe("l-mix", "labelled, denoised hard negatives of the heterogeneous teacher, from c-mix",
-           LABELLED.replace("{base}", "c-mix") + " --teacher-mix 0.35", "labels-mix", needs=["c-mix"]),
+           LABELLED.replace("{base}", "c-mix") + " --teacher-mix 0.35" + OLD, "labels-mix", needs=["c-mix"]),
     Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5", "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5" + OLD, "corpus"),
     Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3", "corpus"),
-    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)",
-           CORPUS_ONLY + " --kl-weight 1 --teacher-temperature 0.0015", "corpus"),
-    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + " --idf-flops", "corpus"),
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3" + OLD, "corpus"),
+    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)", CORPUS_ONLY + KL + OLD, "corpus"),
+    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS (today's default)", CORPUS_ONLY, "corpus"),
+    Recipe("l-idf-hn-kl", "labelled, denoised hard negatives + KL, IDF-aware FLOPS, from c-infonce-idf (today's "
+           "defaults)", LABELLED.replace("{base}", "c-infonce-idf") + KL, "labels-hn", needs=["c-infonce-idf"]),
     Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
-           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope all", "corpus"),
+           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope all" + OLD, "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
            "average-models {work}/c-infonce {work}/l-hn --out {work}/{name}", needs=["c-infonce", "l-hn"]),
     Recipe("sum-l-hn-kl", "summed document vectors of the two labelled hard-negative models (one field)",
@@ -103,11 +103,11 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("sum-l-hn-c-mix", "summed document vectors of labelled, corpus-only and heterogeneous-teacher models",
            "sum {work}/l-hn {work}/c-infonce {work}/c-mix", needs=["l-hn", "c-infonce", "c-mix"]),
     Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4", "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + OLD, "corpus"),
     Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2", "corpus"),
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2" + OLD, "corpus"),
     Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
-           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope embeddings", "corpus"),
+           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope embeddings" + OLD, "corpus"),
 ]
 
 
@@ -272,7 +272,7 @@ def _model_runs(model: str, data: str, work: Path, max_docs: int = 0) -> tuple[d
 def train(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    pack = Path(args.pack)
+    pack = Path(args.pack[0])
     meta_path = pack.with_suffix(".json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"models": {}}
     arrays = dict(np.load(pack)) if pack.exists() else {}
@@ -323,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "msmarco-ko"))
     ap.add_argument("--work", default="runs/rel")
     ap.add_argument("--sembridge", default="runs/models/ko-sembridge")
-    ap.add_argument("--pack", default="runs/rel/pack.npz")
+    ap.add_argument("--pack", nargs="+", default=["runs/rel/pack.npz"],
+                    help="train: the pack to write (one); report: the packs to read (a model keeps the first).")
     ap.add_argument("--md", default=None)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--no-teacher", action="store_true", help="report: leave out the e5 teacher rows.")

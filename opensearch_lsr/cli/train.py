@@ -156,7 +156,8 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
               help="Document FLOPS weight (re-tune it per loss: distillation losses live at another scale).")
 @click.option("--kl-weight", type=float, default=0.0, show_default=True,
               help="With --loss infonce: add this x KL(teacher || student) on the rows' teacher scores.")
-@click.option("--idf-flops", is_flag=True, help="Inference-free: weight the document FLOPS per token by 1/idf.")
+@click.option("--idf-flops/--no-idf-flops", default=None,
+              help="Weight the document FLOPS per token by 1/idf [default: on with --inference-free].")
 @click.option("--mlm-epochs", type=float, default=0.0, show_default=True,
               help="Continued masked-LM training on the corpus before adapting (fits the transferred vocabulary "
                    "head to the corpus; 0 = none).")
