@@ -65,12 +65,13 @@ GROUPS = {
     + " --teacher-mix 0.35 --prepare-only",
 }
 
-#: Recipes measured before IDF-aware FLOPS became adapt's inference-free default carry --no-idf-flops.
+#: Recipes measured before IDF-aware FLOPS and KL became adapt's corpus-only inference-free defaults say so.
 OLD = " --no-idf-flops"
+NCE = " --loss infonce"
 KL = " --kl-weight 1 --teacher-temperature 0.0015"
 
 RECIPES = [  # in priority order: a run cut short keeps the first ones
-    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + OLD, "corpus"),
+    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + NCE + OLD, "corpus"),
     Recipe("l-inbatch", "labelled, in-batch negatives (the previous default)",
            "train --model {work}/c-infonce --dataset {data} --split train --inference-free --loss infonce "
            "--max-seq-length 96 --eval-split '' --no-final-eval --out {work}/{name}", needs=["c-infonce"]),
@@ -81,7 +82,7 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("l-hn-kl-e2", "labelled, denoised hard negatives + KL (T 0.0015), 2 epochs",
            LABELLED.replace("{base}", "c-infonce") + KL + " --epochs 2" + OLD, "labels-hn", needs=["c-infonce"]),
     Recipe("c-mix", "corpus-only, InfoNCE, heterogeneous teacher (e5 + nori BM25)",
-           CORPUS_ONLY + " --teacher-mix 0.35" + OLD, "corpus-mix"),
+           CORPUS_ONLY + NCE + " --teacher-mix 0.35" + OLD, "corpus-mix"),
     Recipe("l-mix", "labelled, denoised hard negatives of the heterogeneous teacher, from c-mix",
            LABELLED.replace("{base}", "c-mix") + " --teacher-mix 0.35" + OLD, "labels-mix", needs=["c-mix"]),
     Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
@@ -89,11 +90,11 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
            CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3" + OLD, "corpus"),
     Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)", CORPUS_ONLY + KL + OLD, "corpus"),
-    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS (today's default)", CORPUS_ONLY, "corpus"),
-    Recipe("l-idf-hn-kl", "labelled, denoised hard negatives + KL, IDF-aware FLOPS, from c-infonce-idf (today's "
-           "defaults)", LABELLED.replace("{base}", "c-infonce-idf") + KL, "labels-hn", needs=["c-infonce-idf"]),
+    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + NCE, "corpus"),
+    Recipe("l-idf-hn-kl", "labelled, denoised hard negatives + KL, IDF-aware FLOPS, from c-infonce-idf",
+           LABELLED.replace("{base}", "c-infonce-idf") + KL, "labels-hn", needs=["c-infonce-idf"]),
     Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
-           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope all" + OLD, "corpus"),
+           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope all" + OLD, "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
            "average-models {work}/c-infonce {work}/l-hn --out {work}/{name}", needs=["c-infonce", "l-hn"]),
     Recipe("sum-l-hn-kl", "summed document vectors of the two labelled hard-negative models (one field)",
@@ -104,10 +105,12 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "sum {work}/l-hn {work}/c-infonce {work}/c-mix", needs=["l-hn", "c-infonce", "c-mix"]),
     Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + OLD, "corpus"),
+    Recipe("c-kl-idf", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4, IDF-aware FLOPS (today's defaults)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4", "corpus"),
     Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
            CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2" + OLD, "corpus"),
     Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
-           CORPUS_ONLY + " --mlm-epochs 1 --mlm-scope embeddings" + OLD, "corpus"),
+           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope embeddings" + OLD, "corpus"),
 ]
 
 

@@ -146,12 +146,15 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
                    "`lsr-os tune-hybrid`).")
 @click.option("--teacher-margin", type=float, default=0.02, show_default=True,
               help="Skip negatives whose teacher cosine is within this of the positive's (false negatives).")
-@click.option("--teacher-temperature", type=float, default=0.01, show_default=True,
-              help="Row scores are cosine / this (read by --loss kldiv / marginmse).")
+@click.option("--teacher-temperature", type=float, default=None,
+              help="Row scores are cosine / this (read by kldiv / marginmse / --kl-weight) [default: 0.0015, the "
+                   "scale of an IDF-query student, with --inference-free; else 0.01].")
 @click.option("--teacher-mix", type=float, default=0.0, show_default=True,
               help="Heterogeneous teacher: per query, (1 - MIX) x min-max(dense) + MIX x min-max(nori BM25) ranks "
                    "candidates (filter, negatives) and gives the soft labels; 0 = the dense teacher alone.")
-@click.option("--loss", type=click.Choice(["infonce", "marginmse", "kldiv"]), default="infonce", show_default=True)
+@click.option("--loss", type=click.Choice(["infonce", "marginmse", "kldiv"]), default=None,
+              help="[default: kldiv (distilling the teacher's scores) for a corpus-only --inference-free model, "
+                   "infonce otherwise or with --labels / --kl-weight]")
 @click.option("--doc-reg", type=float, default=1e-4, show_default=True,
               help="Document FLOPS weight (re-tune it per loss: distillation losses live at another scale).")
 @click.option("--kl-weight", type=float, default=0.0, show_default=True,

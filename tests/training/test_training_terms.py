@@ -199,3 +199,22 @@ def test_adapt_with_mlm_starts_training_from_the_mlm_model(tmp_path, tiny_encode
     assert json.loads((mlm_dir / "mlm_config.json").read_text())["steps"] == 1  # 15 passages, batches of 32
     assert json.loads((tmp_path / "o" / "train_config.json").read_text())["model"] == str(mlm_dir)
     assert result.train["steps"] >= 1
+
+
+def test_adapt_defaults_follow_the_measured_recipe(tmp_path):
+    from opensearch_lsr.training.adapt import AdaptConfig
+
+    corpus = str(_corpus_file(tmp_path))
+    corpus_only = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True)
+    corpus_only.validate()
+    assert (corpus_only.loss, corpus_only.teacher_temperature, corpus_only.idf_flops) == ("kldiv", 0.0015, True)
+    root = write_beir(tmp_path / "b")
+    labelled = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root))
+    labelled.validate()
+    assert labelled.loss == "infonce"
+    with_kl = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, kl_weight=1.0)
+    with_kl.validate()
+    assert with_kl.loss == "infonce"
+    bi = AdaptConfig(model="m", corpus=corpus, out="o")
+    bi.validate()
+    assert (bi.loss, bi.teacher_temperature, bi.idf_flops) == ("infonce", 0.01, False)
