@@ -93,6 +93,8 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + NCE, "corpus"),
     Recipe("l-idf-hn-kl", "labelled, denoised hard negatives + KL, IDF-aware FLOPS, from c-infonce-idf",
            LABELLED.replace("{base}", "c-infonce-idf") + KL, "labels-hn", needs=["c-infonce-idf"]),
+    Recipe("l-klidf-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf (today's defaults)",
+           LABELLED.replace("{base}", "c-kl-idf") + KL, "labels-hn", needs=["c-kl-idf"]),
     Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
            CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope all" + OLD, "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",

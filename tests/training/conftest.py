@@ -50,3 +50,9 @@ def tiny_encoder_dir(tiny_source_dir, tmp_path_factory) -> Path:
 
     model, tok = load_source_model(str(tiny_source_dir))
     return save_sparse_encoder(model, tok, tmp_path_factory.mktemp("tiny_encoder"), max_seq_length=32)
+
+
+@pytest.fixture(scope="session")
+def beir_writer():
+    """:func:`write_beir`, for tests that need datasets of their own size."""
+    return write_beir

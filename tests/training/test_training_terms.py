@@ -12,7 +12,6 @@ from opensearch_lsr.evaluation.datasets import HOLDOUT_FILE, holdout_query_ids
 from opensearch_lsr.training.data import hold_out, load_training_data, read_beir_pairs
 from opensearch_lsr.training.losses import IdfFlopsLoss, idf_penalty_weights
 
-from conftest import write_beir
 from test_adapt import _corpus_file
 from bow_teacher import bow_teacher  # noqa: F401 - fixture
 
@@ -26,8 +25,8 @@ def test_holdout_is_a_seeded_draw_independent_of_order():
         holdout_query_ids(ids, 101)
 
 
-def test_training_data_drops_every_row_of_held_out_queries(tmp_path):
-    root = write_beir(tmp_path / "b", n_queries=40)
+def test_training_data_drops_every_row_of_held_out_queries(tmp_path, beir_writer):
+    root = beir_writer(tmp_path / "b", n_queries=40)
     full = read_beir_pairs(root, "train")
     data = load_training_data(root, "train", holdout=5, seed=3)
     assert len(data.holdout) == 5 and not {r["qid"] for r in data.rows} & set(data.holdout)
@@ -72,10 +71,10 @@ def test_infonce_with_kl_adds_the_kl_term(tiny_encoder_dir):
         InfoNCEWithKL(model, kl_weight=0.0)
 
 
-def test_train_writes_holdout_and_trains_with_kl_and_idf_flops(tmp_path, tiny_encoder_dir, bow_teacher):
+def test_train_writes_holdout_and_trains_with_kl_and_idf_flops(tmp_path, tiny_encoder_dir, bow_teacher, beir_writer):
     from opensearch_lsr.training import TrainConfig, train
 
-    root = write_beir(tmp_path / "b", n_queries=48)
+    root = beir_writer(tmp_path / "b", n_queries=48)
     out = tmp_path / "m"
     config = TrainConfig(model=str(tiny_encoder_dir), dataset=str(root), out=str(out), loss="infonce",
                          inference_free=True, teacher="fake", teacher_negatives=1, teacher_depth=6,
@@ -201,14 +200,14 @@ def test_adapt_with_mlm_starts_training_from_the_mlm_model(tmp_path, tiny_encode
     assert result.train["steps"] >= 1
 
 
-def test_adapt_defaults_follow_the_measured_recipe(tmp_path):
+def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     from opensearch_lsr.training.adapt import AdaptConfig
 
     corpus = str(_corpus_file(tmp_path))
     corpus_only = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True)
     corpus_only.validate()
     assert (corpus_only.loss, corpus_only.teacher_temperature, corpus_only.idf_flops) == ("kldiv", 0.0015, True)
-    root = write_beir(tmp_path / "b")
+    root = beir_writer(tmp_path / "b")
     labelled = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root))
     labelled.validate()
     assert labelled.loss == "infonce"
