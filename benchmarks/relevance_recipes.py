@@ -213,8 +213,8 @@ class _SummedEncoder:
         return out
 
 
-def _summed_index(models: list[str], target: Path, doc_ids: list[str], texts: list[str]) -> str:
-    """A local index of the summed document vectors of ``models`` (the first model's IDF queries it)."""
+def _summed_index(models: list[str], target: Path, doc_ids: list[str], texts: list[str]):
+    """A local index of the summed document vectors of ``models``."""
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
     from opensearch_lsr.encoding.indexing import index_records
     from opensearch_lsr.engines import make_engine
@@ -227,8 +227,7 @@ def _summed_index(models: list[str], target: Path, doc_ids: list[str], texts: li
     writer = make_engine("local").document_writer(str(target), text_field=TEXT_FIELD, sparse_field=VECTOR_FIELD)
     index_records(zip(doc_ids, texts), _SummedEncoder(encoders), writer)
     writer.close()
-    _summed_index.last = writer.index
-    return models[0]
+    return writer.index
 
 
 def _model_runs(model: str, data: str, work: Path, max_docs: int = 0) -> tuple[dict[str, np.ndarray], dict]:
@@ -247,9 +246,9 @@ def _model_runs(model: str, data: str, work: Path, max_docs: int = 0) -> tuple[d
     target = work / "index"
     shutil.rmtree(target, ignore_errors=True)
     t0 = time.perf_counter()
-    if model.startswith("sum:"):  # several models' document vectors summed into one field
-        model = _summed_index(model[4:].split(","), target, doc_ids, [dev.corpus[d] for d in doc_ids])
-        index = _summed_index.last
+    if model.startswith("sum:"):  # several models' document vectors summed into one field (the first one's IDF)
+        models = model[4:].split(",")
+        model, index = models[0], _summed_index(models, target, doc_ids, [dev.corpus[d] for d in doc_ids])
     else:
         index = index_local(target, doc_ids, [dev.corpus[d] for d in doc_ids], model)
     stats = {"index_documents_s": round(time.perf_counter() - t0, 2)}

@@ -169,6 +169,7 @@ class IndexJob:
         self.timing = {"encode": 0.0, "build": 0.0, "write": 0.0}
         self.failure: list[BaseException] = []
         self.doc_pool = None
+        self.setup_s = 0.0
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
         self.pending: deque = deque()
@@ -522,7 +523,7 @@ class IndexJob:
                          "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None,
                          "encode_s": round(self.timing["encode"], 3), "build_s": round(self.timing["build"], 3),
                          "write_s": round(self.timing["write"], 3),
-                         "setup_s": round(getattr(self, "setup_s", 0.0), 3)},
+                         "setup_s": round(self.setup_s, 3)},
             "encoder": {"model": str(config.model), "runtime": config.encoder_runtime,
                         "device": str(encoder.device), "precision": encoder.precision,
                         "body_precision": getattr(encoder, "body_precision", encoder.precision),
