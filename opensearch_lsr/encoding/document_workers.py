@@ -14,12 +14,13 @@ import multiprocessing as mp
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
+import numpy as np
 import orjson
 
 from .documents import DocumentBuilder, doc_id_for
 from .sparse_vector import SparseVector
 
-__all__ = ["NdjsonDocumentPool", "ndjson_lines", "default_build_workers"]
+__all__ = ["NdjsonDocumentPool", "ndjson_lines", "default_build_workers", "flat_vectors"]
 
 _BUILDER: DocumentBuilder | None = None
 _INDEX = ""
@@ -47,12 +48,27 @@ def _init(builder: DocumentBuilder, index: str) -> None:
     _BUILDER, _INDEX = builder, index
 
 
-def _serialise(records: Sequence[tuple[str | None, str]], vectors: Sequence[SparseVector]) -> list[tuple[str, bytes]]:
+def _started() -> bool:
+    return True
+
+
+def _serialise(doc_ids: Sequence[str | None], texts: Sequence[str], ids: np.ndarray, weights: np.ndarray,
+               counts: np.ndarray) -> list[tuple[str, bytes]]:
+    cuts = np.cumsum(counts)[:-1]
     out = []
-    for (doc_id, text), vector in zip(records, vectors):
+    for doc_id, text, i, w in zip(doc_ids, texts, np.split(ids, cuts), np.split(weights, cuts)):
         did = doc_id_for(doc_id, text)
-        out.append((did, ndjson_lines(_BUILDER, _INDEX, did, text, vector)))  # type: ignore[arg-type]
+        out.append((did, ndjson_lines(_BUILDER, _INDEX, did, text, SparseVector(i, w))))  # type: ignore[arg-type]
     return out
+
+
+def flat_vectors(vectors: Sequence[SparseVector]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A chunk's vectors as three flat arrays (ids, weights, counts): pickled as three buffers, where a list
+    of vectors pickles two small arrays per document."""
+    counts = np.fromiter((len(v.ids) for v in vectors), dtype=np.int64, count=len(vectors))
+    if not len(vectors):
+        return np.zeros(0, np.int64), np.zeros(0, np.float32), counts
+    return (np.concatenate([v.ids for v in vectors]), np.concatenate([v.weights for v in vectors]), counts)
 
 
 class NdjsonDocumentPool:
@@ -70,10 +86,13 @@ class NdjsonDocumentPool:
         self.workers = workers
         self._pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
                                          initargs=(builder, index))
+        # start every process now (each imports the job's main module), not on the first chunks
+        for future in [self._pool.submit(_started) for _ in range(workers)]:
+            future.result()
 
     def submit(self, records: Sequence[tuple[str | None, str]], vectors: Sequence[SparseVector]) -> Future:
         """A future of ``[(_id, lines), ...]`` in record order."""
-        return self._pool.submit(_serialise, list(records), list(vectors))
+        return self._pool.submit(_serialise, [r[0] for r in records], [r[1] for r in records], *flat_vectors(vectors))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

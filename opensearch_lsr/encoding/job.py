@@ -1,7 +1,7 @@
 """The ``lsr-os index`` job: stream a corpus, encode it, bulk-load it; resumable, nothing lost.
 
-Pipeline: reader (file order) -> bad-input policy + duplicate-id check -> chunks of ``chunk_docs``
-records -> :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` (length-sorted batches)
+Pipeline: reader (file order) -> bad-input policy -> chunks of ``chunk_docs`` records -> duplicate-id
+check -> :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` (length-sorted batches)
 -> bulk actions -> a bounded queue -> one writer thread (so encoding and uploading overlap, and a
 slow cluster slows the encoder instead of filling memory) -> checkpoint.
 
@@ -173,6 +173,7 @@ class IndexJob:
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
         self.pending: deque = deque()
+        self.skips: list[tuple[int, dict]] = []  # (position, entry) of the chunk being read, for the report
         self.main_counters: Counter = Counter()
         self.encode_counters: Counter = Counter()
         self.writer_counters: Counter = Counter()
@@ -281,10 +282,33 @@ class IndexJob:
         self.timing["encode"] += time.perf_counter() - t0
         return vectors
 
+    def _drop_duplicates(self, records: list[CorpusRecord]) -> list[CorpusRecord]:
+        """The records whose id is seen for the first time (across the whole corpus, resumes included);
+        the others go to the skipped report with the chunk's bad records, in file order. One lookup and one
+        insert per chunk in the id store."""
+        kept = []
+        if records:
+            ids = [doc_id_for(r.doc_id, r.text) for r in records]
+            firsts = self.seen.first_seen_many([(did, r.position, r.source) for did, r in zip(ids, records)])
+            for rec, did, first in zip(records, ids, firsts):
+                if first is None:
+                    kept.append(rec)
+                    continue
+                self.main_counters["skipped.duplicate_id"] += 1
+                self.skips.append((rec.position, {"source": rec.source, "reason": "duplicate_id",
+                                                  "detail": f"id already seen at {first} (first occurrence wins)",
+                                                  "_id": did}))
+        self.skips.sort(key=lambda s: s[0])
+        for _, entry in self.skips:
+            self.skipped.add(entry)
+        self.skips = []
+        return kept
+
     def _flush_chunk(self, records: list[CorpusRecord], last_pos: int, last_off: int | None) -> None:
         """Submit a chunk for encoding (texts over the token cap split into passages under ``split``).
         With packed batching the chunk is tokenized once, here, and the ids go to the encoder."""
         encoder = self.encoder
+        records = self._drop_duplicates(records)
         self.seen.commit()
         skipped_size = self.skipped.sync()
         texts = [r.text for r in records]
@@ -374,22 +398,15 @@ class IndexJob:
             last_pos, last_off = item.position, item.offset
             if isinstance(item, BadRecord):
                 self.main_counters[f"skipped.{item.reason}"] += 1
-                if item.reason != "blank_line":
-                    self.skipped.add({"source": item.source, "reason": item.reason, "detail": item.detail,
-                                      "_id": item.doc_id})
+                if item.reason != "blank_line":  # reported with the chunk's duplicates, in file order
+                    self.skips.append((item.position, {"source": item.source, "reason": item.reason,
+                                                       "detail": item.detail, "_id": item.doc_id}))
             else:
                 if item.utf8_replaced:
                     self.main_counters["utf8_replaced"] += 1
                 if item.doc_id is None:
                     self.main_counters["generated_ids"] += 1
-                did = doc_id_for(item.doc_id, item.text)
-                first = self.seen.first_seen(did, item.position, item.source)
-                if first is not None:
-                    self.main_counters["skipped.duplicate_id"] += 1
-                    self.skipped.add({"source": item.source, "reason": "duplicate_id",
-                                      "detail": f"id already seen at {first} (first occurrence wins)", "_id": did})
-                else:
-                    records.append(item)
+                records.append(item)  # duplicate ids are checked a chunk at a time (_drop_duplicates)
             if len(records) >= config.chunk_docs:
                 self._flush_chunk(records, last_pos, last_off)
                 bar.update(max(0, consumed - bar.n))

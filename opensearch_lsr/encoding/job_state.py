@@ -57,6 +57,9 @@ class Checkpoint:
         write_json(path, dataclasses.asdict(self))
 
 
+_SQL_BATCH = 900  # host parameters per statement (SQLite's limit is 999 before 3.32)
+
+
 class SeenIds:
     """Duplicate-id detection on disk (first occurrence wins), rewindable to a corpus position."""
 
@@ -64,6 +67,7 @@ class SeenIds:
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA cache_size=-65536")  # 64 MB of pages: lookups of recent ids stay in memory
         self.db.execute("CREATE TABLE IF NOT EXISTS seen (id TEXT PRIMARY KEY, pos INTEGER, source TEXT)")
         self.db.execute("BEGIN")
 
@@ -78,6 +82,27 @@ class SeenIds:
             return None
         row = self.db.execute("SELECT source FROM seen WHERE id = ?", (doc_id,)).fetchone()
         return row[0] if row else "?"
+
+    def first_seen_many(self, entries: list[tuple[str, int, str]]) -> list[str | None]:
+        """:meth:`first_seen` of ``(doc_id, pos, source)`` entries in order, in two statements per
+        :data:`_SQL_BATCH` entries (one lookup, one insert) instead of one or two per entry: the job's
+        main thread checks a chunk at a time. An id repeated inside ``entries`` is first seen at its first
+        occurrence."""
+        first: dict[str, str] = {}
+        for k in range(0, len(entries), _SQL_BATCH):
+            part = [e[0] for e in entries[k:k + _SQL_BATCH]]
+            marks = ",".join("?" * len(part))
+            first.update(self.db.execute(f"SELECT id, source FROM seen WHERE id IN ({marks})", part).fetchall())
+        out: list[str | None] = []
+        new = []
+        for doc_id, pos, source in entries:
+            seen_at = first.get(doc_id)
+            out.append(seen_at)
+            if seen_at is None:
+                first[doc_id] = source
+                new.append((doc_id, pos, source))
+        self.db.executemany("INSERT INTO seen VALUES (?, ?, ?)", new)
+        return out
 
     def commit(self) -> None:
         self.db.execute("COMMIT")
