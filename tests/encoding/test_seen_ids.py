@@ -24,12 +24,13 @@ def test_first_seen_many_matches_one_at_a_time(tmp_path):
     import random
 
     rng = random.Random(3)
-    entries = [(f"d{rng.randrange(40)}", pos, f"c:{pos}") for pos in range(1, 1901)]  # > one SQL batch, repeats
+    entries = [(f"d{rng.randrange(1500)}", pos, f"c:{pos}") for pos in range(1, 1901)]  # > one SQL batch, repeats
     one, many = SeenIds(tmp_path / "one.sqlite"), SeenIds(tmp_path / "many.sqlite")
     expected = [one.first_seen(*e) for e in entries]
     got = many.first_seen_many(entries[:700]) + many.first_seen_many(entries[700:])
     assert got == expected and expected.count(None) == len({e[0] for e in entries})
     later = {e[0] for e, first in zip(entries[700:], expected[700:]) if first is None}  # first seen past 700
+    assert len(later) > 100
     many.rewind(700)  # rewinding forgets them, as it does for first_seen's ids
     assert many.first_seen_many([(d, 2000, "c:again") for d in sorted(later)]) == [None] * len(later)
     one.close(), many.close()
