@@ -42,8 +42,8 @@ __all__ = ["index_command"]
 @click.option("--max-batch-tokens", type=int, default=None,
               help="Packed batching: real tokens per forward pass [default: 65536 on a GPU, 4096 on CPU].")
 @click.option("--build-workers", type=int, default=None,
-              help="--backend ndjson: processes that build and serialise documents [default: 0; on an H200 8 "
-                   "workers measured slower than none].")
+              help="--backend ndjson: processes that build and serialise documents, so the job's main thread "
+                   "only reads and hands chunks on [default: up to 8 beside a GPU (CPU cores - 4), 0 on CPU].")
 @click.option("--compile", "compile_", is_flag=True,
               help="Packed batching: torch.compile the residual + LayerNorm steps into fused kernels (the first "
                    "batches pay the compilation: worth it for long jobs on a GPU).")

@@ -11,6 +11,7 @@ byte for byte what :class:`~.writers.NdjsonWriter` writes for the same action.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
@@ -27,14 +28,18 @@ _INDEX = ""
 
 
 def default_build_workers(device: str | None) -> int:
-    """Worker processes for documents by default: none.
+    """Worker processes for documents by default: up to 8 beside a GPU, leaving 4 cores to the job's own
+    threads (reader, device, tokenizer, writer); none on CPU, where the encoder wants every core.
 
-    Measured on an H200 with 16 cores (``benchmarks/results/gpu_encode.md``): BERT-base-sized packed encoding
-    of 29,116 passages to NDJSON ran at 6,013 docs/s with 8 workers and 7,486 without (SPLADE-tiny earlier:
-    6,052 against 6,988); handing vectors to the processes and their lines back costs the main thread more
-    than building there. ``--build-workers N`` still opts in.
+    A chunk goes to a worker as three flat arrays and its records (:func:`flat_vectors`), and the workers
+    start before the job's clock. (Handing over a list of per-document vectors instead cost the main thread
+    more than building there: 6,013 docs/s with 8 workers against 7,486 without on an H200,
+    ``benchmarks/results/gpu_encode.md`` run 4.) ``--build-workers N`` sets it.
     """
-    return 0
+    if not str(device or "cpu").startswith("cuda"):
+        return 0
+    spare = (os.cpu_count() or 1) - 4
+    return min(8, spare) if spare >= 2 else 0
 
 
 def ndjson_lines(builder: DocumentBuilder, index: str, doc_id: str, text: str, vector: SparseVector) -> bytes:

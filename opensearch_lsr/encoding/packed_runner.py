@@ -23,7 +23,7 @@ from .packed import PackedMLM, Segments
 from .token_batches import token_budget_batches
 from .token_ids import TokenizedTexts
 
-__all__ = ["RunnerStats", "PackedRunner", "FLUSH"]
+__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ramped_windows"]
 
 #: A tag for :meth:`PackedRunner.stream`: complete every batch in flight before taking the next one.
 FLUSH = object()
@@ -38,6 +38,18 @@ class RunnerStats:
     documents: int = 0
     nonfinite_dropped: int = 0
     by_stage: dict[str, float] = field(default_factory=lambda: {"launch": 0.0, "wait": 0.0, "split": 0.0})
+
+
+def ramped_windows(n: int, window_docs: int, first: int = 256) -> list[tuple[int, int]]:
+    """``(start, end)`` of the windows that cover ``n`` texts: ``first`` texts, then twice as many each time
+    up to ``window_docs``. The device starts after a small window is tokenized, not a full one, and each
+    next window is tokenized while the device runs the one before."""
+    window_docs = max(1, window_docs)
+    bounds, start, size = [], 0, min(max(1, first), window_docs)
+    while start < n:
+        bounds.append((start, min(n, start + size)))
+        start, size = start + size, min(window_docs, 2 * size)
+    return bounds
 
 
 class PackedRunner:
@@ -137,17 +149,17 @@ class PackedRunner:
         from concurrent.futures import ThreadPoolExecutor
 
         out: list[SparseVector | None] = [None] * len(texts)
-        starts = range(0, len(texts), max(1, int(window_docs)))
+        bounds = ramped_windows(len(texts), int(window_docs))
         tokens_seen = 0
 
         def batches(pool: ThreadPoolExecutor):
             nonlocal tokens_seen
-            ahead = pool.submit(tokenize, texts[0:window_docs])
-            for start in starts:
+            ahead = pool.submit(tokenize, texts[slice(*bounds[0])])
+            for k, (start, _) in enumerate(bounds):
                 tokens = ahead.result()
                 tokens_seen += int(tokens.lengths.sum())
-                if start + window_docs < len(texts):
-                    ahead = pool.submit(tokenize, texts[start + window_docs:start + 2 * window_docs])
+                if k + 1 < len(bounds):
+                    ahead = pool.submit(tokenize, texts[slice(*bounds[k + 1])])
                 for b in token_budget_batches(tokens.lengths, self.max_batch_tokens):
                     yield b + start, tokens.select(b)
 

@@ -52,6 +52,18 @@ def test_tokenize_once_truncation_sides_and_template(splade_tiny_dir, side):
     assert both.as_lists() == once.as_lists() + [once.as_lists()[2]]
 
 
+def test_ramped_windows_cover_every_text_once_and_grow_to_the_window():
+    from opensearch_lsr.encoding.packed_runner import ramped_windows
+
+    for n, window in [(0, 4096), (1, 4096), (300, 4096), (29_116, 4096), (1000, 100), (10, 1)]:
+        bounds = ramped_windows(n, window)
+        assert [i for s, e in bounds for i in range(s, e)] == list(range(n))
+        sizes = [e - s for s, e in bounds]
+        assert all(0 < k <= window for k in sizes)
+        assert all(b == min(window, 2 * a) for a, b in zip(sizes[:-2], sizes[1:-1]))  # doubling, then flat
+    assert [e - s for s, e in ramped_windows(29_116, 4096)][:6] == [256, 512, 1024, 2048, 4096, 4096]
+
+
 # ---------------------------------------------------------------------------------------------- batches
 @pytest.mark.parametrize("padded", [False, True])
 def test_token_budget_batches_take_every_document_once_within_budget(padded):
