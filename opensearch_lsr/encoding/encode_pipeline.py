@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -73,8 +73,6 @@ class PipelinedEncoder:
         self._error: BaseException | None = None
         self._closed = False
         self._open: set[_Chunk] = set()  # taken by the device thread, not yet resolved
-        # one thread: the Rust tokenizer parallelises each call itself and releases the GIL meanwhile
-        self._tokenizer = ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize")
         self._thread = threading.Thread(target=self._run, name="lsr-os-device", daemon=True)
         self._thread.start()
 
@@ -88,13 +86,14 @@ class PipelinedEncoder:
 
     def submit(self, chunk: Sequence[str] | TokenizedTexts) -> Future:
         """Queue a chunk; its future resolves to one :class:`~.encoder.SparseVector` per text, in order.
-        Texts are tokenized in the tokenizer thread (``future.tokens`` holds the ids afterwards)."""
+        Texts are tokenized by the encoder's tokenizer process or thread (``future.tokens`` holds the ids
+        afterwards)."""
         if self._error is not None:
             raise RuntimeError("the encoding pipeline failed") from self._error
         if self._closed:
             raise RuntimeError("the encoding pipeline is closed")
         if not isinstance(chunk, TokenizedTexts):
-            chunk = self._tokenizer.submit(self.encoder.once_tokenizer, list(chunk))
+            chunk = self.encoder.tokenize_async(list(chunk))  # a tokenizer process on CUDA, else a thread
         item = _Chunk(chunk)
         self._queue.put(item)
         return item.future
@@ -109,7 +108,7 @@ class PipelinedEncoder:
             self._closed = True
             self._queue.put(_STOP)
             self._thread.join()
-            self._tokenizer.shutdown(wait=True)
+            self.encoder.close()
 
     # ------------------------------------------------------------------ the device thread
     def _windows(self) -> Iterator[tuple[Any, TokenizedTexts | None]]:

@@ -42,6 +42,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, get_args
@@ -281,6 +282,28 @@ class SparseDocumentEncoder:
                                        getattr(self.tokenizer, "truncation_side", "right"))
         return self._once
 
+    def tokenize_async(self, texts: Sequence[str]) -> Future:
+        """A future of :attr:`once_tokenizer` ``(texts)``: computed in a tokenizer process on CUDA (so the
+        thread launching GPU work keeps the interpreter lock: :mod:`.tokenizer_process`), in a helper thread
+        otherwise (the Rust tokenizer releases the lock while it works)."""
+        if self.device.type == "cuda":
+            if getattr(self, "_tokenizer_process", None) is None:
+                from .tokenizer_process import TokenizerProcess
+
+                self._tokenizer_process = TokenizerProcess(self.once_tokenizer)
+            return self._tokenizer_process.submit(texts)
+        if getattr(self, "_tokenizer_thread", None) is None:
+            self._tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize")
+        return self._tokenizer_thread.submit(self.once_tokenizer, list(texts))
+
+    def close(self) -> None:
+        """Stop the tokenizer process or thread, if one was started (encoding again starts a new one)."""
+        for name in ("_tokenizer_process", "_tokenizer_thread"):
+            helper = getattr(self, name, None)
+            if helper is not None:
+                setattr(self, name, None)
+                helper.close() if hasattr(helper, "close") else helper.shutdown(wait=True)
+
     def _resolve_precision(self, precision: Precision) -> Precision:
         if precision == "auto":
             if self.device.type == "cuda" and torch.cuda.is_bf16_supported():
@@ -487,7 +510,7 @@ class SparseDocumentEncoder:
 
     def _encode_packed(self, texts: Sequence[str]) -> list[SparseVector]:
         dropped = self.runner.stats.nonfinite_dropped
-        result, tokens = self.runner.run_texts(list(texts), self.once_tokenizer, self.window_docs)
+        result, tokens = self.runner.run_texts(list(texts), self.tokenize_async, self.window_docs)
         self.stats.nonfinite_dropped += self.runner.stats.nonfinite_dropped - dropped
         self.stats.texts += len(result)
         self.stats.tokens += tokens

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,32 +142,31 @@ class PackedRunner:
             tag0, n0, pending = inflight.popleft()
             yield tag0, self._take(pending, n0)
 
-    def run_texts(self, texts: Sequence[str], tokenize: Callable[[Sequence[str]], TokenizedTexts],
+    def run_texts(self, texts: Sequence[str], tokenize_async: Callable[[Sequence[str]], Future],
                   window_docs: int = 4096) -> tuple[list[SparseVector], int]:
-        """Vectors of ``texts``, input order: tokenized a window at a time in a helper thread (the Rust
-        tokenizer releases the GIL), the next window's while the device runs this one's batches.
-        Returns the vectors and the number of real tokens."""
-        from concurrent.futures import ThreadPoolExecutor
-
+        """Vectors of ``texts``, input order: tokenized a window at a time by ``tokenize_async`` (a future of
+        :class:`~.token_ids.TokenizedTexts`: a tokenizer process or thread), the next window's while the
+        device runs this one's batches. Returns the vectors and the number of real tokens."""
         out: list[SparseVector | None] = [None] * len(texts)
         bounds = ramped_windows(len(texts), int(window_docs))
         tokens_seen = 0
 
-        def batches(pool: ThreadPoolExecutor):
+        def batches():
             nonlocal tokens_seen
-            ahead = pool.submit(tokenize, texts[slice(*bounds[0])])
+            ahead = tokenize_async(texts[slice(*bounds[0])])
             for k, (start, _) in enumerate(bounds):
                 tokens = ahead.result()
                 tokens_seen += int(tokens.lengths.sum())
                 if k + 1 < len(bounds):
-                    ahead = pool.submit(tokenize, texts[slice(*bounds[k + 1])])
+                    ahead = tokenize_async(texts[slice(*bounds[k + 1])])
                 for b in token_budget_batches(tokens.lengths, self.max_batch_tokens):
                     yield b + start, tokens.select(b)
 
-        with ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize") as pool:
-            for index, vectors in self.stream(batches(pool)):
-                for i, v in zip(index.tolist(), vectors):
-                    out[i] = v
+        if not bounds:
+            return [], 0
+        for index, vectors in self.stream(batches()):
+            for i, v in zip(index.tolist(), vectors):
+                out[i] = v
         return out, tokens_seen  # type: ignore[return-value]
 
     def run(self, tokens: TokenizedTexts) -> list[SparseVector]:

@@ -293,3 +293,20 @@ def test_index_job_writes_the_same_ndjson_pipelined_or_not_and_close_to_the_padd
         da, db = json.loads(a), json.loads(b)
         assert da["id"] == db["id"] and set(da["sparse_embedding"]) == set(db["sparse_embedding"])
         assert max(abs(da["sparse_embedding"][k] - db["sparse_embedding"][k]) for k in da["sparse_embedding"]) <= 1e-5
+
+
+def test_tokenizer_process_returns_what_the_tokenizer_returns(splade_tiny_dir, shared_data):
+    """The spawned tokenizer (the GPU path's) gives the same ids as tokenizing in this process."""
+    from opensearch_lsr.encoding.tokenizer_process import TokenizerProcess
+
+    texts = [json.loads(line)["text"] for line in open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8")][:300]
+    once = OnceTokenizer(str(splade_tiny_dir), 128)
+    proc = TokenizerProcess(once, threads=1)
+    try:
+        futures = [proc.submit(texts[k:k + 100]) for k in range(0, 300, 100)]
+        got = concat_tokenized([f.result() for f in futures])
+    finally:
+        proc.close()
+    want = once(texts)
+    assert (got.ids == want.ids).all() and (got.lengths == want.lengths).all()
+    assert (got.full_lengths == want.full_lengths).all() and (want.full_lengths > 128).any()  # truncation happened
