@@ -153,13 +153,12 @@ class PackedRunner:
 
         def batches():
             nonlocal tokens_seen
-            # two windows queued at the tokenizer, so it never idles while the device runs a (smaller) window
-            ahead = deque(tokenize_async(texts[slice(*w)]) for w in bounds[:2])
+            ahead = tokenize_async(texts[slice(*bounds[0])])
             for k, (start, _) in enumerate(bounds):
-                tokens = ahead.popleft().result()
+                tokens = ahead.result()
                 tokens_seen += int(tokens.lengths.sum())
-                if k + 2 < len(bounds):
-                    ahead.append(tokenize_async(texts[slice(*bounds[k + 2])]))
+                if k + 1 < len(bounds):
+                    ahead = tokenize_async(texts[slice(*bounds[k + 1])])
                 for b in token_budget_batches(tokens.lengths, self.max_batch_tokens):
                     yield b + start, tokens.select(b)
 

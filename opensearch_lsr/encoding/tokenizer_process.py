@@ -24,9 +24,9 @@ _ONCE: OnceTokenizer | None = None
 
 
 def default_tokenizer_threads() -> int:
-    """Threads of the Rust tokenizer in its process: every core but four (kept for the launching thread and
-    the job's reader and writer), at least one."""
-    return max(1, (os.cpu_count() or 1) - 4)
+    """Threads of the Rust tokenizer in its process: half the cores, at least one (the other half serve the
+    launching thread, the job's reader and writer, and the document workers)."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def _init(once: OnceTokenizer, threads: int) -> None:
