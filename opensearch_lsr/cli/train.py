@@ -136,16 +136,20 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
                    "span (inverse-cloze window), lead (first words).")
 @click.option("--consistency-rank", type=int, default=3, show_default=True,
               help="Keep a pseudo-query when the teacher ranks its passage within this many.")
-@click.option("--negatives", type=int, default=1, show_default=True,
-              help="Hard negatives per row, alternating teacher-mined and nori-BM25-mined.")
-@click.option("--negative-depth", type=int, default=30, show_default=True, help="Ranks negatives are drawn from.")
-@click.option("--negative-min-rank", type=int, default=0, show_default=True,
-              help="First of those ranks (0-based); e.g. 5 skips the top ranks, where unjudged positives hide.")
+@click.option("--negatives", type=int, default=None,
+              help="Hard negatives per row, alternating teacher-mined and nori-BM25-mined [default: 2 with --labels "
+                   "and --inference-free (the measured labelled recipe), else 1].")
+@click.option("--negative-depth", type=int, default=None,
+              help="Ranks negatives are drawn from [default: 50 with --labels and --inference-free, else 30].")
+@click.option("--negative-min-rank", type=int, default=None,
+              help="First of those ranks (0-based): 5 skips the top ranks, where unjudged positives hide "
+                   "[default: 5 with --labels and --inference-free, else 0].")
 @click.option("--holdout-queries", type=int, default=500, show_default=True,
               help="With --labels: judged queries left out of training (ids in OUT/holdout_queries.json, for "
                    "`lsr-os tune-hybrid`).")
-@click.option("--teacher-margin", type=float, default=0.02, show_default=True,
-              help="Skip negatives whose teacher cosine is within this of the positive's (false negatives).")
+@click.option("--teacher-margin", type=float, default=None,
+              help="Skip negatives whose teacher cosine is within this of the positive's (false negatives) "
+                   "[default: 0.05 with --labels and --inference-free, else 0.02].")
 @click.option("--teacher-temperature", type=float, default=None,
               help="Row scores are cosine / this (read by kldiv / marginmse / --kl-weight) [default: 0.0015, the "
                    "scale of an IDF-query student, with --inference-free; else 0.01].")
@@ -157,8 +161,9 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
                    "infonce otherwise or with --labels / --kl-weight]")
 @click.option("--doc-reg", type=float, default=1e-4, show_default=True,
               help="Document FLOPS weight (re-tune it per loss: distillation losses live at another scale).")
-@click.option("--kl-weight", type=float, default=0.0, show_default=True,
-              help="With --loss infonce: add this x KL(teacher || student) on the rows' teacher scores.")
+@click.option("--kl-weight", type=float, default=None,
+              help="With --loss infonce: add this x KL(teacher || student) on the rows' teacher scores "
+                   "[default: 1 with --labels and --inference-free, else 0].")
 @click.option("--idf-flops/--no-idf-flops", default=None,
               help="Weight the document FLOPS per token by 1/idf [default: on with --inference-free].")
 @click.option("--mlm-epochs", type=float, default=0.0, show_default=True,

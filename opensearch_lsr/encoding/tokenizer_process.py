@@ -1,13 +1,15 @@
-"""Tokenize in a process of its own, so the thread that launches GPU work never waits for the interpreter lock.
+"""Tokenize in a process of its own beside a GPU, so the launching thread does not share its interpreter.
 
-Every PyTorch op called from Python releases the GIL and takes it back; a thread that runs Python while the
-device thread launches a batch (the tokenizer turning the Rust encodings into id arrays) makes each of those
-several hundred hand-backs wait, up to the interpreter's switch interval each. Measured on an H200 with 16
-cores (SPLADE-tiny, packed, 65k-token batches, ``benchmarks/results/gpu_encode.md``): the host spent 24.6 ms
-launching each batch while a tokenizer thread ran beside it, 4.6 ms when the same ids came pre-tokenized
-(8,971 against 43,818 docs/s). A spawned process has its own interpreter; it receives texts and returns the
-flat id arrays of :class:`~.token_ids.TokenizedTexts` (three numpy buffers), and the Rust tokenizer's own
-thread pool (``RAYON_NUM_THREADS``) is sized there so that it leaves cores to the launching process.
+Every PyTorch op called from Python releases the interpreter lock and takes it back, and the host needs
+several hundred of them to launch one packed batch; whatever else runs in the process (the tokenizer turning
+Rust encodings into id arrays, its thread pool's cores) slows that launch. Measured on an H200 with 16 cores
+(``benchmarks/results/gpu_encode.md``, runs 5 and 6): with the tokenizer in a thread the host took 20.3 ms
+to launch each 32k-token BERT-base batch (21.5 ms of kernels), with this process 12.7 ms; packed encoding
+went from 13,810 to 14,569 docs/s and ``lsr-os index --backend ndjson`` from 0.60 to 0.77 of it. (SPLADE-tiny,
+243 tokens per passage, stays bound by tokenizing itself: launch 24-26 ms per batch either way, 4.6 ms
+pre-tokenized.) The process receives texts and returns the flat id arrays of
+:class:`~.token_ids.TokenizedTexts` (three numpy buffers); the Rust tokenizer's thread pool
+(``RAYON_NUM_THREADS``) is sized there to half the cores.
 """
 from __future__ import annotations
 

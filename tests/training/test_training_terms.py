@@ -211,6 +211,13 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     labelled = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root))
     labelled.validate()
     assert labelled.loss == "infonce"
+    recipe = ("negatives", "negative_depth", "negative_min_rank", "teacher_margin", "kl_weight")
+    assert tuple(getattr(labelled, k) for k in recipe) == (2, 50, 5, 0.05, 1.0)  # denoised hard negatives + KL
+    assert tuple(getattr(corpus_only, k) for k in recipe) == (1, 30, 0, 0.02, 0.0)
+    chosen = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root), negatives=1,
+                         kl_weight=0.0)
+    chosen.validate()  # what a user sets stays set
+    assert tuple(getattr(chosen, k) for k in recipe) == (1, 50, 5, 0.05, 0.0)
     with_kl = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, kl_weight=1.0)
     with_kl.validate()
     assert with_kl.loss == "infonce"

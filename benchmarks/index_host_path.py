@@ -1,0 +1,101 @@
+"""The host side of ``lsr-os index --backend ndjson``: documents per second with an encoder that costs nothing.
+
+On a GPU the encoder outpaces the job's host work (reading, the duplicate-id store, building documents,
+writing NDJSON). This measures that ceiling on any machine: the job runs unchanged, with an encoder whose
+vectors are ready (one real vector per passage, encoded once before the clock), so what is timed is the host
+path alone. The baseline, no document workers, is measured in the same run; every variant must write the
+same bytes.
+
+    python benchmarks/index_host_path.py --repeat 4 --workers 0 2 --md runs/index_host_path.md
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import ROOT, markdown_table, run_info, write_results
+
+sys.path.insert(0, str(ROOT))
+
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
+from opensearch_lsr.encoding.job import IndexJob, IndexJobConfig  # noqa: E402
+from opensearch_lsr.resources import shared_data_dir, splade_tiny_path  # noqa: E402
+
+__all__ = ["ReadyVectors", "main"]
+
+
+class ReadyVectors:
+    """An encoder whose vectors were computed before the run: ``encode`` looks them up by text."""
+
+    def __init__(self, encoder: SparseDocumentEncoder, texts: list[str]) -> None:
+        self.keys, self.tokenizer, self.max_length = encoder.keys, encoder.tokenizer, encoder.max_length
+        self.device, self.precision, self.batch_size, self.batching = "cpu", encoder.precision, 32, "padded"
+        self.stats = encoder.stats
+        unique = list(dict.fromkeys(texts))
+        self.vectors = dict(zip(unique, encoder.encode(unique)))
+        self.lengths = dict(zip(unique, encoder.count_tokens(unique)))
+
+    def count_tokens(self, texts):
+        return [self.lengths[t] for t in texts]
+
+    def encode(self, texts):
+        return [self.vectors[t] for t in texts]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", default=None, help="JSONL corpus [default: the shared msmarco-ko corpus].")
+    p.add_argument("--model", default=None, help="Encoder dir whose vectors are used [default: SPLADE-tiny].")
+    p.add_argument("--repeat", type=int, default=4, help="Copies of the corpus (ids made unique).")
+    p.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="--build-workers values; 0 is the baseline.")
+    p.add_argument("--md", default=None, help="Markdown results (a JSON beside it).")
+    args = p.parse_args(argv)
+    if args.corpus is None and shared_data_dir() is None:
+        raise SystemExit("no shared data folder beside the repository: pass --corpus FILE.jsonl")
+    corpus = Path(args.corpus) if args.corpus else shared_data_dir() / "msmarco-ko" / "corpus.jsonl"
+    rows = [json.loads(line) for line in corpus.open(encoding="utf-8")]
+    work = Path(tempfile.mkdtemp(prefix="index-host-"))
+    big = work / "corpus.jsonl"
+    with big.open("w", encoding="utf-8") as fh:
+        for k in range(args.repeat):
+            for r in rows:
+                fh.write(json.dumps({**r, "_id": f"{r['_id']}-r{k}"}, ensure_ascii=False) + "\n")
+    encoder = SparseDocumentEncoder(args.model or str(splade_tiny_path()), device="cpu")
+    t0 = time.perf_counter()
+    ready = ReadyVectors(encoder, [((r.get("title") or "").strip() + " " + r["text"].strip()).strip() for r in rows])
+    prepare_s = time.perf_counter() - t0
+    results = {}
+    for workers in dict.fromkeys([0, *args.workers]):
+        cfg = IndexJobConfig(corpus=str(big), model=str(args.model or splade_tiny_path()), backend="ndjson",
+                             index=str(work / f"out-{workers}"), build_workers=workers)
+        run = IndexJob(cfg, encoder=ready, progress=False).run(restart=True)["this_run"]
+        digest = hashlib.sha256()
+        for part in sorted((work / f"out-{workers}").glob("bulk-*.ndjson")):
+            digest.update(part.read_bytes().replace(f'"_index":"out-{workers}"'.encode(), b'"_index":"out"'))
+        results[workers] = {**run, "sha256": digest.hexdigest()}
+    base = results[0]
+    for r in results.values():
+        r["vs_no_workers"] = round(r["docs_per_s"] / base["docs_per_s"], 2)
+        r["same_bytes_as_no_workers"] = r["sha256"] == base["sha256"]
+    payload = {"documents": len(rows) * args.repeat, "prepare_s": round(prepare_s, 1),
+               "runs": {str(k): v for k, v in results.items()}}
+    table = markdown_table(["--build-workers", "docs/s", "x no workers", "build s", "write s", "elapsed s", "same bytes"],
+                           [[k, v["docs_per_s"], v["vs_no_workers"], v["build_s"], v["write_s"], v["elapsed_s"],
+                             v["same_bytes_as_no_workers"]] for k, v in results.items()], floats=".2f")
+    md = (f"# Host path of `lsr-os index --backend ndjson` (an encoder that costs nothing)\n\n"
+          f"{payload['documents']:,} passages (the corpus x{args.repeat}), vectors ready before the clock.\n\n{table}\n")
+    print(md)
+    if args.md:
+        write_results(Path(args.md).with_suffix(""), payload, md, run_info())
+    if not all(r["same_bytes_as_no_workers"] for r in results.values()):
+        raise SystemExit("the variants wrote different NDJSON")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
