@@ -113,6 +113,12 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2" + OLD, "corpus"),
     Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
            CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope embeddings" + OLD, "corpus"),
+    Recipe("l-klidf-hn-kl-e2", "labelled, today's defaults, 2 epochs, from c-kl-idf",
+           LABELLED.replace("{base}", "c-kl-idf") + KL + " --epochs 2", "labels-hn", needs=["c-kl-idf"]),
+    Recipe("c-kl-idf-e2", "corpus-only, today's defaults, 2 epochs",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --epochs 2", "corpus"),
+    Recipe("l-kle2-hn-kl", "labelled, today's defaults, from c-kl-idf-e2",
+           LABELLED.replace("{base}", "c-kl-idf-e2") + KL, "labels-hn", needs=["c-kl-idf-e2"]),
 ]
 
 

@@ -42,7 +42,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, get_args
@@ -283,26 +283,18 @@ class SparseDocumentEncoder:
         return self._once
 
     def tokenize_async(self, texts: Sequence[str]) -> Future:
-        """A future of :attr:`once_tokenizer` ``(texts)``: computed in a tokenizer process on CUDA (so the
-        thread launching GPU work keeps the interpreter lock: :mod:`.tokenizer_process`), in a helper thread
-        otherwise (the Rust tokenizer releases the lock while it works)."""
-        if self.device.type == "cuda":
-            if getattr(self, "_tokenizer_process", None) is None:
-                from .tokenizer_process import TokenizerProcess
+        """A future of :attr:`once_tokenizer` ``(texts)`` (:class:`.tokenizer_process.BackgroundTokenizer`)."""
+        if getattr(self, "_background", None) is None:
+            from .tokenizer_process import BackgroundTokenizer
 
-                self._tokenizer_process = TokenizerProcess(self.once_tokenizer)
-            return self._tokenizer_process.submit(texts)
-        if getattr(self, "_tokenizer_thread", None) is None:
-            self._tokenizer_thread = ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize")
-        return self._tokenizer_thread.submit(self.once_tokenizer, list(texts))
+            self._background = BackgroundTokenizer(self.once_tokenizer, process=self.device.type == "cuda")
+        return self._background.submit(texts)
 
     def close(self) -> None:
-        """Stop the tokenizer process or thread, if one was started (encoding again starts a new one)."""
-        for name in ("_tokenizer_process", "_tokenizer_thread"):
-            helper = getattr(self, name, None)
-            if helper is not None:
-                setattr(self, name, None)
-                helper.close() if hasattr(helper, "close") else helper.shutdown(wait=True)
+        """Stop the background tokenizer, if one was started (encoding again starts a new one)."""
+        if getattr(self, "_background", None) is not None:
+            self._background.close()
+            self._background = None
 
     def _resolve_precision(self, precision: Precision) -> Precision:
         if precision == "auto":

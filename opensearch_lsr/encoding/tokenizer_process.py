@@ -16,11 +16,11 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 
 from .token_ids import OnceTokenizer, TokenizedTexts
 
-__all__ = ["TokenizerProcess", "default_tokenizer_threads"]
+__all__ = ["TokenizerProcess", "BackgroundTokenizer", "default_tokenizer_threads"]
 
 _ONCE: OnceTokenizer | None = None
 
@@ -65,3 +65,25 @@ class TokenizerProcess:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class BackgroundTokenizer:
+    """:class:`~.token_ids.OnceTokenizer` calls off the caller's thread: in a :class:`TokenizerProcess` beside a
+    GPU (``process=True``), else in one helper thread (on CPU the encoder's own threads fill the cores, and the
+    Rust tokenizer releases the interpreter lock while it works)."""
+
+    def __init__(self, once: OnceTokenizer, *, process: bool) -> None:
+        self.once = once
+        self._runner = TokenizerProcess(once) if process else ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize")
+
+    def submit(self, texts: Sequence[str]) -> Future:
+        """A future of ``once(texts)``."""
+        if isinstance(self._runner, TokenizerProcess):
+            return self._runner.submit(texts)
+        return self._runner.submit(self.once, list(texts))
+
+    def close(self) -> None:
+        if isinstance(self._runner, TokenizerProcess):
+            self._runner.close()
+        else:
+            self._runner.shutdown(wait=True)
