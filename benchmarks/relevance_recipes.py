@@ -63,6 +63,9 @@ GROUPS = {
     + " --teacher-mix 0.35 --prepare-only",
     "labels-mix": LABELLED.replace("{name}", "prep/labels-mix").replace("{work}/{base}", "{sembridge}")
     + " --teacher-mix 0.35 --prepare-only",
+    # question-form pseudo-queries in place of the second keyword query of each passage
+    "corpus-q": CORPUS_ONLY.replace("{name}", "prep/corpus-q").replace("{start}", "{sembridge}")
+    + " --strategies keywords,span,question --prepare-only",
 }
 
 #: Recipes measured before IDF-aware FLOPS and KL became adapt's corpus-only inference-free defaults say so.
@@ -119,6 +122,11 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --epochs 2", "corpus"),
     Recipe("l-kle2-hn-kl", "labelled, today's defaults, from c-kl-idf-e2",
            LABELLED.replace("{base}", "c-kl-idf-e2") + KL, "labels-hn", needs=["c-kl-idf-e2"]),
+    Recipe("c-kl-idf-q", "corpus-only, today's defaults, question-form pseudo-queries (keywords, span, question)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --strategies keywords,span,question",
+           "corpus-q"),
+    Recipe("l-klq-hn-kl", "labelled, today's defaults, from c-kl-idf-q",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL, "labels-hn", needs=["c-kl-idf-q"]),
 ]
 
 

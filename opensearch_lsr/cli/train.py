@@ -133,7 +133,7 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
               help="Pseudo-queries per passage (0 with --labels: the judged queries alone).")
 @click.option("--strategies", default="keywords,span,keywords", show_default=True,
               help="Pseudo-query styles, cycled per passage: keywords (IDF-sampled nori content morphemes), "
-                   "span (inverse-cloze window), lead (first words).")
+                   "span (inverse-cloze window), lead (first words), question (1-2 keywords in a question form).")
 @click.option("--consistency-rank", type=int, default=3, show_default=True,
               help="Keep a pseudo-query when the teacher ranks its passage within this many.")
 @click.option("--negatives", type=int, default=None,

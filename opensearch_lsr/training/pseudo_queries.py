@@ -13,6 +13,9 @@ No generative model is available offline (doc2query / InPars / Promptagator need
   and the "random cropping" of Contriever (Izacard et al. 2022), shortened to query length.
 * ``lead``: the first words of the passage's first sentence, a title-like span (MS MARCO passages
   carry no titles; their first sentence usually names the topic).
+* ``question``: 1-2 IDF-sampled keywords in a common Korean question form ("수면 무호흡은 무엇인가요?",
+  "수면 무호흡 원인"), the topic particle chosen by the last syllable's final consonant: search users type
+  questions as well as keywords, and the template's words are in their queries too.
 
 The queries are noisy by construction; ``training.adapt`` keeps only those whose source passage a
 dense teacher also ranks near the top (round-trip consistency, Alberti et al. 2019 / Dai et al. 2023,
@@ -30,10 +33,11 @@ from typing import Literal, Protocol, get_args
 
 from tqdm.auto import tqdm
 
-__all__ = ["Strategy", "STRATEGIES", "CONTENT_TAGS", "PseudoQuery", "PseudoQueryConfig", "MorphemeAnalyzer",
+__all__ = ["Strategy", "STRATEGIES", "CONTENT_TAGS", "QUESTION_FORMS", "PseudoQuery", "topic_particle",
+           "PseudoQueryConfig", "MorphemeAnalyzer",
            "generate_pseudo_queries"]
 
-Strategy = Literal["keywords", "span", "lead"]
+Strategy = Literal["keywords", "span", "lead", "question"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 #: nori POS tags that make keyword-query terms (Lucene ``POS.Tag``): general / proper nouns, foreign
@@ -41,6 +45,11 @@ STRATEGIES: tuple[str, ...] = get_args(Strategy)
 CONTENT_TAGS = frozenset({"NNG", "NNP", "SL", "SN", "SH", "XR"})
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。])\s+")
+
+#: question forms: ``{t}`` is the keywords plus the topic particle (은 / 는), ``{k}`` the bare keywords
+QUESTION_FORMS: tuple[str, ...] = ("{t} 무엇인가요?", "{k} 정의", "{t} 무엇을 의미하나요?", "{t} 얼마인가요?",
+                                   "{k} 방법", "{t} 어디인가요?", "{k} 원인", "{t} 언제인가요?", "{k} 의미",
+                                   "{t} 어떻게 하나요?")
 
 
 class MorphemeAnalyzer(Protocol):
@@ -65,7 +74,7 @@ class PseudoQueryConfig:
 
     Attributes:
         per_passage: queries sampled per passage (styles cycle through ``strategies`` in order).
-        strategies: styles to use, from ``keywords``, ``span``, ``lead``.
+        strategies: styles to use, from ``keywords``, ``span``, ``lead``, ``question``.
         min_keywords, max_keywords: keyword-query length in morphemes.
         min_span, max_span: span-query length in whitespace words.
         seed: sampling seed (same corpus + config -> same queries).
@@ -125,6 +134,24 @@ def _span(text: str, rng: random.Random, config: PseudoQueryConfig) -> str:
     return " ".join(words[start:start + length]).rstrip(".,!?")
 
 
+def topic_particle(word: str) -> str:
+    """은 after a Hangul syllable with a final consonant (받침), else 는 (also after non-Hangul)."""
+    last = word[-1:] if word else ""
+    has_final = "\uac00" <= last <= "\ud7a3" and (ord(last) - 0xAC00) % 28 != 0
+    return "은" if has_final else "는"
+
+
+def _question(terms: list[str], idf: Mapping[str, float], rng: random.Random) -> str:
+    unique = list(dict.fromkeys(terms))
+    if not unique:
+        return ""
+    k = min(len(unique), rng.randint(1, 2))
+    keys = {t: rng.random() ** (1.0 / max(idf.get(t, 1.0), 1e-6)) for t in unique}
+    chosen = set(sorted(unique, key=keys.__getitem__, reverse=True)[:k])
+    words = " ".join(t for t in unique if t in chosen)
+    return rng.choice(QUESTION_FORMS).format(k=words, t=words + topic_particle(words))
+
+
 def _lead(text: str, config: PseudoQueryConfig) -> str:
     first = _SENTENCE_END.split(text, maxsplit=1)[0]
     return " ".join(first.split()[:config.max_span]).rstrip(".,!?")
@@ -161,6 +188,8 @@ def generate_pseudo_queries(corpus: Mapping[str, str], analyzer: MorphemeAnalyze
                 query = _keywords(terms_of[pid], idf, rng, config)
             elif strategy == "span":
                 query = _span(text, rng, config)
+            elif strategy == "question":
+                query = _question(terms_of[pid], idf, rng)
             else:
                 query = _lead(text, config)
             query = query.strip()

@@ -44,6 +44,29 @@ def test_pseudo_queries_come_from_their_passage():
         generate_pseudo_queries(corpus, WordTagger(), PseudoQueryConfig(strategies=("doc2query",)))
 
 
+def test_question_queries_put_passage_keywords_in_a_question_form():
+    from opensearch_lsr.training.pseudo_queries import QUESTION_FORMS, topic_particle
+
+    assert [topic_particle(w) for w in ("수면", "무호흡", "서울", "BTS", "")] == ["은", "은", "은", "는", "는"]
+    assert topic_particle("나무") == "는" and topic_particle("한국") == "은"
+    corpus = {"d1": "수면 무호흡 원인 치료", "d2": "서울 지하철 노선 요금"}
+    config = PseudoQueryConfig(per_passage=4, strategies=("question",))
+    queries = generate_pseudo_queries(corpus, WordTagger(), config)
+    assert queries and {q.strategy for q in queries} == {"question"}
+    for q in queries:
+        form = next(f for f in QUESTION_FORMS if _matches(f, q.text))  # exactly one of the forms
+        words = q.text.replace("은 ", " ").replace("는 ", " ").split()
+        keywords = [w for w in words if w in corpus[q.source_id].split()]
+        assert 1 <= len(keywords) <= 2 and form
+
+
+def _matches(form: str, text: str) -> bool:
+    import re
+
+    pattern = re.escape(form).replace(re.escape("{t}"), ".+[은는]").replace(re.escape("{k}"), ".+")
+    return re.fullmatch(pattern, text) is not None
+
+
 TOPICS = [("house", "city"), ("cat", "dog"), ("capital", "france"), ("seoul", "korea"), ("water", "river"),
           ("car", "road"), ("book", "school"), ("paris", "capital"), ("dog", "road"), ("river", "city"),
           ("korea", "school"), ("france", "book")]
