@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -257,7 +258,7 @@ def _model_runs(model: str, data: str, work: Path, max_docs: int = 0) -> tuple[d
     sets, dev = _query_sets(data)
     doc_ids = list(dev.corpus)[:max_docs or None]
     row_of = {d: i for i, d in enumerate(doc_ids)}
-    target = work / "index"
+    target = work / f"index-{os.getpid()}"  # one per process: two train runs may share a work dir
     shutil.rmtree(target, ignore_errors=True)
     t0 = time.perf_counter()
     if model.startswith("sum:"):  # several models' document vectors summed into one field (the first one's IDF)
