@@ -67,6 +67,8 @@ GROUPS = {
     # question-form pseudo-queries in place of the second keyword query of each passage
     "corpus-q": CORPUS_ONLY.replace("{name}", "prep/corpus-q").replace("{start}", "{sembridge}")
     + " --strategies keywords,span,question --prepare-only",
+    "corpus-q2": CORPUS_ONLY.replace("{name}", "prep/corpus-q2").replace("{start}", "{sembridge}")
+    + " --strategies question,span,question --prepare-only",
 }
 
 #: Recipes measured before IDF-aware FLOPS and KL became adapt's corpus-only inference-free defaults say so.
@@ -128,6 +130,9 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "corpus-q"),
     Recipe("l-klq-hn-kl", "labelled, today's defaults, from c-kl-idf-q",
            LABELLED.replace("{base}", "c-kl-idf-q") + KL, "labels-hn", needs=["c-kl-idf-q"]),
+    Recipe("c-kl-idf-q2", "corpus-only, today's defaults, two question-form pseudo-queries (question, span, question)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --strategies question,span,question",
+           "corpus-q2"),
 ]
 
 
