@@ -53,14 +53,16 @@ class Recipe:
 CORPUS_ONLY = "adapt --model {start} --corpus {corpus} --inference-free --out {work}/{name}"
 LABELLED = ("adapt --model {work}/{base} --corpus {corpus} --labels {data} --queries-per-passage 0 --inference-free "
             "--negatives 2 --negative-min-rank 5 --negative-depth 50 --teacher-margin 0.05 --out {work}/{name}")
+#: The pseudo-query styles of the rows measured before question forms became the default.
+KW = " --strategies keywords,span,keywords"
 #: Data groups: the prepare-only command of each (the training flags do not change the data).
 GROUPS = {
-    "corpus": CORPUS_ONLY.replace("{name}", "prep/corpus").replace("{start}", "{sembridge}") + " --prepare-only",
+    "corpus": CORPUS_ONLY.replace("{name}", "prep/corpus").replace("{start}", "{sembridge}") + KW + " --prepare-only",
     "labels-hn": LABELLED.replace("{name}", "prep/labels-hn").replace("{work}/{base}", "{sembridge}")
     + " --prepare-only",
     # the heterogeneous teacher: e5 + nori BM25 min-max 0.65 / 0.35, the hybrid tuned on the held-out train
     # queries (dev MRR@10 0.948 against e5's 0.935; relevance_vs_nori.md)
-    "corpus-mix": CORPUS_ONLY.replace("{name}", "prep/corpus-mix").replace("{start}", "{sembridge}")
+    "corpus-mix": CORPUS_ONLY.replace("{name}", "prep/corpus-mix").replace("{start}", "{sembridge}") + KW
     + " --teacher-mix 0.35 --prepare-only",
     "labels-mix": LABELLED.replace("{name}", "prep/labels-mix").replace("{work}/{base}", "{sembridge}")
     + " --teacher-mix 0.35 --prepare-only",
@@ -77,7 +79,7 @@ NCE = " --loss infonce"
 KL = " --kl-weight 1 --teacher-temperature 0.0015"
 
 RECIPES = [  # in priority order: a run cut short keeps the first ones
-    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + NCE + OLD, "corpus"),
+    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + NCE + OLD + KW, "corpus"),
     Recipe("l-inbatch", "labelled, in-batch negatives (the previous default)",
            "train --model {work}/c-infonce --dataset {data} --split train --inference-free --loss infonce "
            "--max-seq-length 96 --eval-split '' --no-final-eval --out {work}/{name}", needs=["c-infonce"]),
@@ -88,21 +90,21 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("l-hn-kl-e2", "labelled, denoised hard negatives + KL (T 0.0015), 2 epochs",
            LABELLED.replace("{base}", "c-infonce") + KL + " --epochs 2" + OLD, "labels-hn", needs=["c-infonce"]),
     Recipe("c-mix", "corpus-only, InfoNCE, heterogeneous teacher (e5 + nori BM25)",
-           CORPUS_ONLY + NCE + " --teacher-mix 0.35" + OLD, "corpus-mix"),
+           CORPUS_ONLY + NCE + " --teacher-mix 0.35" + OLD + KW, "corpus-mix"),
     Recipe("l-mix", "labelled, denoised hard negatives of the heterogeneous teacher, from c-mix",
            LABELLED.replace("{base}", "c-mix") + " --teacher-mix 0.35" + OLD, "labels-mix", needs=["c-mix"]),
     Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5" + OLD, "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5" + OLD + KW, "corpus"),
     Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3" + OLD, "corpus"),
-    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)", CORPUS_ONLY + KL + OLD, "corpus"),
-    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + NCE, "corpus"),
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3" + OLD + KW, "corpus"),
+    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)", CORPUS_ONLY + KL + OLD + KW, "corpus"),
+    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + NCE + KW, "corpus"),
     Recipe("l-idf-hn-kl", "labelled, denoised hard negatives + KL, IDF-aware FLOPS, from c-infonce-idf",
            LABELLED.replace("{base}", "c-infonce-idf") + KL, "labels-hn", needs=["c-infonce-idf"]),
     Recipe("l-klidf-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf (today's defaults)",
            LABELLED.replace("{base}", "c-kl-idf") + KL, "labels-hn", needs=["c-kl-idf"]),
     Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
-           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope all" + OLD, "corpus"),
+           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope all" + OLD + KW, "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
            "average-models {work}/c-infonce {work}/l-hn --out {work}/{name}", needs=["c-infonce", "l-hn"]),
     Recipe("sum-l-hn-kl", "summed document vectors of the two labelled hard-negative models (one field)",
@@ -112,17 +114,17 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("sum-l-hn-c-mix", "summed document vectors of labelled, corpus-only and heterogeneous-teacher models",
            "sum {work}/l-hn {work}/c-infonce {work}/c-mix", needs=["l-hn", "c-infonce", "c-mix"]),
     Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + OLD, "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + OLD + KW, "corpus"),
     Recipe("c-kl-idf", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4, IDF-aware FLOPS (today's defaults)",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4", "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + KW, "corpus"),
     Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2" + OLD, "corpus"),
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2" + OLD + KW, "corpus"),
     Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
-           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope embeddings" + OLD, "corpus"),
+           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope embeddings" + OLD + KW, "corpus"),
     Recipe("l-klidf-hn-kl-e2", "labelled, today's defaults, 2 epochs, from c-kl-idf",
            LABELLED.replace("{base}", "c-kl-idf") + KL + " --epochs 2", "labels-hn", needs=["c-kl-idf"]),
     Recipe("c-kl-idf-e2", "corpus-only, today's defaults, 2 epochs",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --epochs 2", "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --epochs 2" + KW, "corpus"),
     Recipe("l-kle2-hn-kl", "labelled, today's defaults, from c-kl-idf-e2",
            LABELLED.replace("{base}", "c-kl-idf-e2") + KL, "labels-hn", needs=["c-kl-idf-e2"]),
     Recipe("c-kl-idf-q", "corpus-only, today's defaults, question-form pseudo-queries (keywords, span, question)",
@@ -130,9 +132,11 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "corpus-q"),
     Recipe("l-klq-hn-kl", "labelled, today's defaults, from c-kl-idf-q",
            LABELLED.replace("{base}", "c-kl-idf-q") + KL, "labels-hn", needs=["c-kl-idf-q"]),
-    Recipe("c-kl-idf-q2", "corpus-only, today's defaults, two question-form pseudo-queries (question, span, question)",
+    Recipe("c-kl-idf-q2", "corpus-only, KL, IDF-aware FLOPS, pseudo-queries question, span, question (the new defaults)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --strategies question,span,question",
            "corpus-q2"),
+    Recipe("l-klq2-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-q2 (the new defaults)",
+           LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn", needs=["c-kl-idf-q2"]),
 ]
 
 

@@ -131,7 +131,7 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--labels-split", default="train", show_default=True, help="Split of --labels to read.")
 @click.option("--queries-per-passage", type=int, default=3, show_default=True,
               help="Pseudo-queries per passage (0 with --labels: the judged queries alone).")
-@click.option("--strategies", default="keywords,span,keywords", show_default=True,
+@click.option("--strategies", default="question,span,question", show_default=True,
               help="Pseudo-query styles, cycled per passage: keywords (IDF-sampled nori content morphemes), "
                    "span (inverse-cloze window), lead (first words), question (1-2 keywords in a question form).")
 @click.option("--consistency-rank", type=int, default=3, show_default=True,

@@ -81,7 +81,9 @@ class PseudoQueryConfig:
     """
 
     per_passage: int = 3
-    strategies: tuple[str, ...] = ("keywords", "span", "keywords")
+    # measured (relevance_vs_nori.md, corpus-only KL + IDF-aware FLOPS): keywords / span / keywords 0.867,
+    # keywords / span / question 0.884, question / span / question 0.887 dev MRR@10
+    strategies: tuple[str, ...] = ("question", "span", "question")
     min_keywords: int = 2
     max_keywords: int = 4
     min_span: int = 4
