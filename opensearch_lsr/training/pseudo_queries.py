@@ -117,11 +117,12 @@ def _content_terms(analyzer: MorphemeAnalyzer, text: str) -> list[str]:
     return [term for term, tag in analyzer.morphemes(text) if _keyword_worthy(term, tag)]
 
 
-def _keywords(terms: list[str], idf: Mapping[str, float], rng: random.Random, config: PseudoQueryConfig) -> str:
+def _keywords(terms: list[str], idf: Mapping[str, float], rng: random.Random, low: int, high: int) -> str:
+    """``low``-``high`` of the passage's content terms drawn by IDF, in passage order ("" when there is none)."""
     unique = list(dict.fromkeys(terms))
     if not unique:
         return ""
-    k = min(len(unique), rng.randint(config.min_keywords, config.max_keywords))
+    k = min(len(unique), rng.randint(low, high))
     # weighted sampling without replacement (Efraimidis & Spirakis 2006: key u^(1/w), top k)
     keys = {t: rng.random() ** (1.0 / max(idf.get(t, 1.0), 1e-6)) for t in unique}
     chosen = set(sorted(unique, key=keys.__getitem__, reverse=True)[:k])
@@ -144,13 +145,9 @@ def topic_particle(word: str) -> str:
 
 
 def _question(terms: list[str], idf: Mapping[str, float], rng: random.Random) -> str:
-    unique = list(dict.fromkeys(terms))
-    if not unique:
+    words = _keywords(terms, idf, rng, 1, 2)
+    if not words:
         return ""
-    k = min(len(unique), rng.randint(1, 2))
-    keys = {t: rng.random() ** (1.0 / max(idf.get(t, 1.0), 1e-6)) for t in unique}
-    chosen = set(sorted(unique, key=keys.__getitem__, reverse=True)[:k])
-    words = " ".join(t for t in unique if t in chosen)
     return rng.choice(QUESTION_FORMS).format(k=words, t=words + topic_particle(words))
 
 
@@ -187,7 +184,7 @@ def generate_pseudo_queries(corpus: Mapping[str, str], analyzer: MorphemeAnalyze
         for i in range(config.per_passage):
             strategy = config.strategies[i % len(config.strategies)]
             if strategy == "keywords":
-                query = _keywords(terms_of[pid], idf, rng, config)
+                query = _keywords(terms_of[pid], idf, rng, config.min_keywords, config.max_keywords)
             elif strategy == "span":
                 query = _span(text, rng, config)
             elif strategy == "question":
