@@ -71,6 +71,12 @@ GROUPS = {
     + " --strategies keywords,span,question --prepare-only",
     "corpus-q2": CORPUS_ONLY.replace("{name}", "prep/corpus-q2").replace("{start}", "{sembridge}")
     + " --strategies question,span,question --prepare-only",
+    # a synonym swap (Kiwi word-vector neighbours) in place of the second question
+    "corpus-qs": CORPUS_ONLY.replace("{name}", "prep/corpus-qs").replace("{start}", "{sembridge}")
+    + " --strategies question,span,synonym --prepare-only",
+    # judged train queries and the default pseudo-queries in one stage (both mined with the labelled settings)
+    "labels-q2": LABELLED.replace("{name}", "prep/labels-q2").replace("{work}/{base}", "{sembridge}")
+    .replace("--queries-per-passage 0", "--strategies question,span,question") + " --prepare-only",
 }
 
 #: Recipes measured before IDF-aware FLOPS and KL became adapt's corpus-only inference-free defaults say so.
@@ -140,6 +146,18 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "corpus-q2"),
     Recipe("l-klq2-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-q2 (the new defaults end to end)",
            LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn", needs=["c-kl-idf-q2"]),
+    Recipe("l-klq-hn-kl-qlr", "labelled, as l-klq-hn-kl, learned IDF query weights (query lr 0.1)",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1", "labels-hn", needs=["c-kl-idf-q"]),
+    Recipe("l-klq-mix-q2", "labelled, judged and question / span / question pseudo-queries in one stage, "
+           "from c-kl-idf-q",
+           LABELLED.replace("{base}", "c-kl-idf-q").replace("--queries-per-passage 0",
+                                                            "--strategies question,span,question") + KL,
+           "labels-q2", needs=["c-kl-idf-q"]),
+    Recipe("c-kl-idf-qs", "corpus-only, as c-kl-idf, question / span / synonym-swapped question queries",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,synonym", "corpus-qs"),
+    Recipe("l-klqs-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-qs",
+           LABELLED.replace("{base}", "c-kl-idf-qs") + KL, "labels-hn", needs=["c-kl-idf-qs"]),
 ]
 
 

@@ -133,7 +133,9 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
               help="Pseudo-queries per passage (0 with --labels: the judged queries alone).")
 @click.option("--strategies", default="question,span,question", show_default=True,
               help="Pseudo-query styles, cycled per passage: keywords (IDF-sampled nori content morphemes), "
-                   "span (inverse-cloze window), lead (first words), question (1-2 keywords in a question form).")
+                   "span (inverse-cloze window), lead (first words), question (1-2 keywords in a question form), "
+                   "synonym (a question with a keyword swapped for a Kiwi word-vector neighbour; needs "
+                   "kiwipiepy-model).")
 @click.option("--consistency-rank", type=int, default=3, show_default=True,
               help="Keep a pseudo-query when the teacher ranks its passage within this many.")
 @click.option("--negatives", type=int, default=None,
@@ -166,6 +168,9 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
                    "[default: 1 with --labels and --inference-free, else 0].")
 @click.option("--idf-flops/--no-idf-flops", default=None,
               help="Weight the document FLOPS per token by 1/idf [default: on with --inference-free].")
+@click.option("--query-lr", type=float, default=0.0, show_default=True,
+              help="Inference-free: also learn the IDF query weights at this learning rate (0 = frozen IDF; "
+                   "the learned weights are written to idf.json).")
 @click.option("--mlm-epochs", type=float, default=0.0, show_default=True,
               help="Continued masked-LM training on the corpus before adapting (fits the transferred vocabulary "
                    "head to the corpus; 0 = none).")
@@ -185,7 +190,7 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--seed", type=int, default=42, show_default=True)
 def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split, queries_per_passage, strategies,
               consistency_rank, negatives, negative_depth, negative_min_rank, holdout_queries, teacher_margin,
-              teacher_temperature, teacher_mix, loss, doc_reg, kl_weight, idf_flops, mlm_epochs, mlm_scope, epochs, batch_size, lr,
+              teacher_temperature, teacher_mix, loss, doc_reg, kl_weight, idf_flops, query_lr, mlm_epochs, mlm_scope, epochs, batch_size, lr,
               max_seq_length,
               prepare_only, save_steps, max_pairs, threads, seed):
     """Adapt a transferred encoder to a corpus with no labelled query (GPL-style).
@@ -207,7 +212,7 @@ def adapt_cmd(model, corpus, out, inference_free, teacher, labels, labels_split,
             consistency_rank=consistency_rank, negatives=negatives, negative_depth=negative_depth,
             negative_min_rank=negative_min_rank, holdout_queries=holdout_queries,
             document_regularizer_weight=doc_reg, kl_weight=kl_weight, idf_flops=idf_flops, mlm_epochs=mlm_epochs,
-            mlm_scope=mlm_scope, teacher_mix=teacher_mix,
+            mlm_scope=mlm_scope, teacher_mix=teacher_mix, query_lr=query_lr,
             teacher_margin=teacher_margin, teacher_temperature=teacher_temperature, loss=loss, epochs=epochs,
             batch_size=batch_size, lr=lr, max_seq_length=max_seq_length, save_steps=save_steps,
             max_pairs=max_pairs, threads=threads, seed=seed)

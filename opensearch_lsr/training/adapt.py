@@ -69,6 +69,7 @@ class AdaptConfig(ArtifactConfig):
         teacher_mix: a heterogeneous teacher: per query ``(1 - mix) * minmax(dense cosine) + mix *
             minmax(nori BM25)`` ranks the candidates for the consistency filter and the negatives and gives the
             soft labels (``mixed / teacher_temperature``); 0 = the dense teacher alone.
+        query_lr: > 0 also learns the inference-free query side's token weights (``TrainConfig.query_lr``).
         mlm_epochs, mlm_scope: continued masked-LM training on the corpus before the ranking training
             (:mod:`.mlm`; 0 = none), of everything or of the embeddings + MLM head only.
         teacher_margin: skip candidates whose teacher cosine is within this of the positive's.
@@ -112,6 +113,7 @@ class AdaptConfig(ArtifactConfig):
     mlm_epochs: float = 0.0
     mlm_scope: str = "all"
     teacher_mix: float = 0.0
+    query_lr: float = 0.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` (one sentence) for an invalid parameter."""
@@ -162,6 +164,8 @@ class AdaptConfig(ArtifactConfig):
                              f"{self.mlm_scope!r}")
         if not self.teacher_temperature > 0:
             raise ValueError(f"teacher_temperature must be > 0, got {self.teacher_temperature}")
+        if self.query_lr < 0 or (self.query_lr and not self.inference_free):
+            raise ValueError("query_lr learns the IDF query side of an inference-free model: add --inference-free")
 
     def stage_key(self) -> dict:
         """The parameters the cached data stages depend on (a change re-runs them), as JSON reads them back.
@@ -497,7 +501,7 @@ def adapt(config: AdaptConfig, prepare_only: bool = False) -> AdaptResult:
     train_config = TrainConfig(
         model=start_model, dataset=str(train_rows), out=str(out), loss=config.loss,
         document_regularizer_weight=config.document_regularizer_weight, kl_weight=config.kl_weight,
-        idf_flops=config.idf_flops, holdout_queries=0,
+        idf_flops=config.idf_flops, holdout_queries=0, query_lr=config.query_lr,
         inference_free=config.inference_free, idf=str(idf_path) if config.inference_free else None,
         epochs=config.epochs, batch_size=config.batch_size, lr=config.lr, max_seq_length=config.max_seq_length,
         save_steps=config.save_steps, resume=True, threads=config.threads, seed=config.seed,

@@ -16,6 +16,9 @@ No generative model is available offline (doc2query / InPars / Promptagator need
 * ``question``: 1-2 IDF-sampled keywords in a common Korean question form ("수면 무호흡은 무엇인가요?",
   "수면 무호흡 원인"), the topic particle chosen by the last syllable's final consonant: search users type
   questions as well as keywords, and the template's words are in their queries too.
+* ``synonym``: a ``question`` whose keyword is swapped for a neighbour in Kiwi's morpheme embeddings that
+  the passage does not contain ("주택 가격" -> "주택 값", :mod:`.synonyms`): the query names the passage's
+  topic in other words, as users do; a passage with no such neighbour gives a plain question.
 
 The queries are noisy by construction; ``training.adapt`` keeps only those whose source passage a
 dense teacher also ranks near the top (round-trip consistency, Alberti et al. 2019 / Dai et al. 2023,
@@ -33,11 +36,13 @@ from typing import Literal, Protocol, get_args
 
 from tqdm.auto import tqdm
 
+from .synonyms import SynonymSource
+
 __all__ = ["Strategy", "STRATEGIES", "CONTENT_TAGS", "QUESTION_FORMS", "PseudoQuery", "topic_particle",
            "PseudoQueryConfig", "MorphemeAnalyzer",
            "generate_pseudo_queries"]
 
-Strategy = Literal["keywords", "span", "lead", "question"]
+Strategy = Literal["keywords", "span", "lead", "question", "synonym"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 #: nori POS tags that make keyword-query terms (Lucene ``POS.Tag``): general / proper nouns, foreign
@@ -74,7 +79,7 @@ class PseudoQueryConfig:
 
     Attributes:
         per_passage: queries sampled per passage (styles cycle through ``strategies`` in order).
-        strategies: styles to use, from ``keywords``, ``span``, ``lead``, ``question``.
+        strategies: styles to use, from ``keywords``, ``span``, ``lead``, ``question``, ``synonym``.
         min_keywords, max_keywords: keyword-query length in morphemes.
         min_span, max_span: span-query length in whitespace words.
         seed: sampling seed (same corpus + config -> same queries).
@@ -151,26 +156,47 @@ def _question(terms: list[str], idf: Mapping[str, float], rng: random.Random) ->
     return rng.choice(QUESTION_FORMS).format(k=words, t=words + topic_particle(words))
 
 
+def _synonym_question(terms: list[str], idf: Mapping[str, float], rng: random.Random, text: str,
+                      synonyms: SynonymSource) -> tuple[str, bool]:
+    """A ``question`` with one keyword swapped for a neighbour absent from the passage; (query, swapped)."""
+    words = _keywords(terms, idf, rng, 1, 2).split()
+    if not words:
+        return "", False
+    swaps = [(i, other) for i, word in enumerate(words) for other in synonyms.neighbours(word)[:2]
+             if other not in text]
+    if swaps:
+        i, other = rng.choice(swaps)
+        words[i] = other
+    query = " ".join(words)
+    return rng.choice(QUESTION_FORMS).format(k=query, t=query + topic_particle(query)), bool(swaps)
+
+
 def _lead(text: str, config: PseudoQueryConfig) -> str:
     first = _SENTENCE_END.split(text, maxsplit=1)[0]
     return " ".join(first.split()[:config.max_span]).rstrip(".,!?")
 
 
 def generate_pseudo_queries(corpus: Mapping[str, str], analyzer: MorphemeAnalyzer,
-                            config: PseudoQueryConfig | None = None) -> list[PseudoQuery]:
+                            config: PseudoQueryConfig | None = None,
+                            synonyms: SynonymSource | None = None) -> list[PseudoQuery]:
     """Sample ``config.per_passage`` pseudo-queries from every passage of ``corpus``.
 
     Args:
         corpus: passage id -> text.
         analyzer: morpheme analyzer (nori-equivalent) used for keyword choice and the IDF.
         config: styles, lengths and seed.
+        synonyms: neighbours for the ``synonym`` style (default: :class:`.synonyms.KiwiSynonyms`).
 
     Returns:
         Pseudo-queries with ids ``pq-<passage id>-<n>``; empty or duplicate (same passage, same text)
-        queries are dropped.
+        queries are dropped. A ``synonym`` query with no swap is recorded as a ``question``.
     """
     config = config or PseudoQueryConfig()
     config.validate()
+    if synonyms is None and "synonym" in config.strategies:
+        from .synonyms import KiwiSynonyms
+
+        synonyms = KiwiSynonyms()
     rng = random.Random(config.seed)
     terms_of = {pid: _content_terms(analyzer, text)
                 for pid, text in tqdm(corpus.items(), desc="pseudo-queries: analysing passages", unit="passage")}
@@ -189,6 +215,9 @@ def generate_pseudo_queries(corpus: Mapping[str, str], analyzer: MorphemeAnalyze
                 query = _span(text, rng, config)
             elif strategy == "question":
                 query = _question(terms_of[pid], idf, rng)
+            elif strategy == "synonym":
+                query, swapped = _synonym_question(terms_of[pid], idf, rng, text, synonyms)
+                strategy = "synonym" if swapped else "question"
             else:
                 query = _lead(text, config)
             query = query.strip()

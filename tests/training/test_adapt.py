@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from opensearch_lsr.training.adapt import AdaptConfig, adapt, label_queries, read_adapt_corpus
-from opensearch_lsr.training.pseudo_queries import PseudoQueryConfig, generate_pseudo_queries
+from opensearch_lsr.training.pseudo_queries import QUESTION_FORMS, PseudoQueryConfig, generate_pseudo_queries
 
 from bow_teacher import BagOfWordsTeacher, bow_teacher  # noqa: F401 - fixture
 
@@ -58,6 +58,47 @@ def test_question_queries_put_passage_keywords_in_a_question_form():
         words = q.text.replace("은 ", " ").replace("는 ", " ").split()
         keywords = [w for w in words if w in corpus[q.source_id].split()]
         assert 1 <= len(keywords) <= 2 and form
+
+
+class TableSynonyms:
+    """SynonymSource stand-in: a fixed neighbour table."""
+
+    TABLE = {"요금": ["운임", "가격", "비용"], "수면": ["잠"], "치료": ["요금"]}
+
+    def neighbours(self, term: str) -> list[str]:
+        return self.TABLE.get(term, [])
+
+
+def test_synonym_queries_swap_one_keyword_for_a_neighbour_the_passage_lacks():
+    corpus = {"d1": "수면 무호흡 원인 치료", "d2": "서울 지하철 노선 요금", "d3": "한강 다리"}
+    config = PseudoQueryConfig(per_passage=6, strategies=("synonym",))
+    queries = generate_pseudo_queries(corpus, WordTagger(), config, synonyms=TableSynonyms())
+    swapped = [q for q in queries if q.strategy == "synonym"]
+    assert swapped and {q.strategy for q in queries} <= {"synonym", "question"}
+    assert not any(q.source_id == "d3" for q in swapped)  # no neighbour: plain questions only
+    for q in queries:
+        assert next(f for f in QUESTION_FORMS if _matches(f, q.text))
+        words = q.text.replace("은 ", " ").replace("는 ", " ").rstrip("?").split()
+        passage = corpus[q.source_id].split()
+        table_words = {n for t in passage for n in TableSynonyms.TABLE.get(t, [])[:2]}
+        foreign = [w for w in words if w not in passage and w in table_words]
+        if q.strategy == "synonym":  # exactly one keyword swapped, for one of a passage term's first two neighbours
+            assert len(foreign) == 1 and foreign[0] not in corpus[q.source_id]
+        else:
+            assert not foreign
+    # "치료" -> "요금" is not a swap for d1 only because d1 lacks it; d2 contains "요금", so "요금" -> "운임"/"가격"
+    assert not any("비용" in q.text for q in swapped)  # third neighbour: never used
+
+
+def test_kiwi_synonyms_give_close_nouns():
+    pytest.importorskip("kiwipiepy_model", reason="needs the offline extra (kiwipiepy-model)")
+    from opensearch_lsr.training.synonyms import KiwiSynonyms
+
+    kiwi = KiwiSynonyms()
+    assert "구매" in kiwi.neighbours("구입") and "몸무게" in kiwi.neighbours("체중")
+    assert "뜻" not in kiwi.neighbours("의미")  # one-syllable nouns are left out, as for keywords
+    assert "당뇨" not in kiwi.neighbours("당뇨병")  # contained forms are not rewrites
+    assert kiwi.neighbours("없는낱말이에요") == []
 
 
 def _matches(form: str, text: str) -> bool:
@@ -167,3 +208,5 @@ def test_adapt_rejects_bad_config(tmp_path):
         AdaptConfig(model="m", corpus=str(corpus), out="o", negative_sources=("dense",)).validate()
     with pytest.raises(ValueError, match="qrels"):
         AdaptConfig(model="m", corpus=str(corpus), out="o", labels=str(tmp_path)).validate()
+    with pytest.raises(ValueError, match="inference-free"):
+        AdaptConfig(model="m", corpus=str(corpus), out="o", query_lr=0.1).validate()
