@@ -74,6 +74,11 @@ GROUPS = {
     # a synonym swap (Kiwi word-vector neighbours) in place of the second question
     "corpus-qs": CORPUS_ONLY.replace("{name}", "prep/corpus-qs").replace("{start}", "{sembridge}")
     + " --strategies question,span,synonym --prepare-only",
+    # four hard negatives per row: a listwise KL over five teacher scores instead of two
+    "corpus-q2-n4": CORPUS_ONLY.replace("{name}", "prep/corpus-q2-n4").replace("{start}", "{sembridge}")
+    + " --strategies question,span,question --negatives 4 --prepare-only",
+    "labels-hn4": LABELLED.replace("{name}", "prep/labels-hn4").replace("{work}/{base}", "{sembridge}")
+    .replace("--negatives 2", "--negatives 4") + " --prepare-only",
     # judged train queries and the default pseudo-queries in one stage (both mined with the labelled settings)
     "labels-q2": LABELLED.replace("{name}", "prep/labels-q2").replace("{work}/{base}", "{sembridge}")
     .replace("--queries-per-passage 0", "--strategies question,span,question") + " --prepare-only",
@@ -148,11 +153,25 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn", needs=["c-kl-idf-q2"]),
     Recipe("l-klq-hn-kl-qlr", "labelled, as l-klq-hn-kl, learned IDF query weights (query lr 0.1)",
            LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1", "labels-hn", needs=["c-kl-idf-q"]),
+    Recipe("l-klq-hn-kl-qlr3", "labelled, as l-klq-hn-kl, learned IDF query weights (query lr 0.3)",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.3", "labels-hn", needs=["c-kl-idf-q"]),
     Recipe("l-klq-mix-q2", "labelled, judged and question / span / question pseudo-queries in one stage, "
            "from c-kl-idf-q",
            LABELLED.replace("{base}", "c-kl-idf-q").replace("--queries-per-passage 0",
                                                             "--strategies question,span,question") + KL,
            "labels-q2", needs=["c-kl-idf-q"]),
+    Recipe("c-kl-idf-q2-qlr", "corpus-only, as c-kl-idf-q2, learned IDF query weights (query lr 0.1)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --query-lr 0.1", "corpus-q2"),
+    Recipe("l-klq2qlr-hn-kl-qlr", "labelled, denoised hard negatives + KL, learned IDF query weights, from "
+           "c-kl-idf-q2-qlr", LABELLED.replace("{base}", "c-kl-idf-q2-qlr") + KL + " --query-lr 0.1", "labels-hn",
+           needs=["c-kl-idf-q2-qlr"]),
+    Recipe("c-kl-idf-q2-n4", "corpus-only, as c-kl-idf-q2, 4 hard negatives per row (KL over 5 teacher scores)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --negatives 4", "corpus-q2-n4"),
+    Recipe("l-klq-hn4-kl", "labelled, as l-klq-hn-kl, 4 denoised hard negatives per row",
+           LABELLED.replace("{base}", "c-kl-idf-q").replace("--negatives 2", "--negatives 4") + KL, "labels-hn4",
+           needs=["c-kl-idf-q"]),
     Recipe("c-kl-idf-qs", "corpus-only, as c-kl-idf, question / span / synonym-swapped question queries",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,synonym", "corpus-qs"),
