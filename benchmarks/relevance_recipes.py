@@ -88,6 +88,8 @@ GROUPS = {
 OLD = " --no-idf-flops"
 NCE = " --loss infonce"
 KL = " --kl-weight 1 --teacher-temperature 0.0015"
+#: Labelled rows measured before learned IDF query weights became the labelled default (``--query-lr 0.1``).
+FROZEN = " --query-lr 0"
 
 RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + NCE + OLD + KW, "corpus"),
@@ -95,15 +97,16 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "train --model {work}/c-infonce --dataset {data} --split train --inference-free --loss infonce "
            "--max-seq-length 96 --eval-split '' --no-final-eval --out {work}/{name}", needs=["c-infonce"]),
     Recipe("l-hn", "labelled, denoised hard negatives (teacher + BM25 ranks 5-50, margin 0.05)",
-           LABELLED.replace("{base}", "c-infonce") + OLD, "labels-hn", needs=["c-infonce"]),
+           LABELLED.replace("{base}", "c-infonce") + OLD + FROZEN, "labels-hn", needs=["c-infonce"]),
     Recipe("l-hn-kl", "labelled, denoised hard negatives + KL (T 0.0015)",
-           LABELLED.replace("{base}", "c-infonce") + KL + OLD, "labels-hn", needs=["c-infonce"]),
+           LABELLED.replace("{base}", "c-infonce") + KL + OLD + FROZEN, "labels-hn", needs=["c-infonce"]),
     Recipe("l-hn-kl-e2", "labelled, denoised hard negatives + KL (T 0.0015), 2 epochs",
-           LABELLED.replace("{base}", "c-infonce") + KL + " --epochs 2" + OLD, "labels-hn", needs=["c-infonce"]),
+           LABELLED.replace("{base}", "c-infonce") + KL + " --epochs 2" + OLD + FROZEN, "labels-hn",
+           needs=["c-infonce"]),
     Recipe("c-mix", "corpus-only, InfoNCE, heterogeneous teacher (e5 + nori BM25)",
            CORPUS_ONLY + NCE + " --teacher-mix 0.35" + OLD + KW, "corpus-mix"),
     Recipe("l-mix", "labelled, denoised hard negatives of the heterogeneous teacher, from c-mix",
-           LABELLED.replace("{base}", "c-mix") + " --teacher-mix 0.35" + OLD, "labels-mix", needs=["c-mix"]),
+           LABELLED.replace("{base}", "c-mix") + " --teacher-mix 0.35" + OLD + FROZEN, "labels-mix", needs=["c-mix"]),
     Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5" + OLD + KW, "corpus"),
     Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
@@ -111,9 +114,9 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)", CORPUS_ONLY + KL + OLD + KW, "corpus"),
     Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + NCE + KW, "corpus"),
     Recipe("l-idf-hn-kl", "labelled, denoised hard negatives + KL, IDF-aware FLOPS, from c-infonce-idf",
-           LABELLED.replace("{base}", "c-infonce-idf") + KL, "labels-hn", needs=["c-infonce-idf"]),
+           LABELLED.replace("{base}", "c-infonce-idf") + KL + FROZEN, "labels-hn", needs=["c-infonce-idf"]),
     Recipe("l-klidf-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf (the labelled defaults)",
-           LABELLED.replace("{base}", "c-kl-idf") + KL, "labels-hn", needs=["c-kl-idf"]),
+           LABELLED.replace("{base}", "c-kl-idf") + KL + FROZEN, "labels-hn", needs=["c-kl-idf"]),
     Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
            CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope all" + OLD + KW, "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
@@ -134,23 +137,23 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
            CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope embeddings" + OLD + KW, "corpus"),
     Recipe("l-klidf-hn-kl-e2", "labelled, denoised hard negatives + KL, 2 epochs, from c-kl-idf",
-           LABELLED.replace("{base}", "c-kl-idf") + KL + " --epochs 2", "labels-hn", needs=["c-kl-idf"]),
+           LABELLED.replace("{base}", "c-kl-idf") + KL + " --epochs 2" + FROZEN, "labels-hn", needs=["c-kl-idf"]),
     Recipe("c-kl-idf-e2", "corpus-only, as c-kl-idf, 2 epochs",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --epochs 2" + KW, "corpus"),
     Recipe("l-kle2-hn-kl", "labelled, today's defaults, from c-kl-idf-e2",
-           LABELLED.replace("{base}", "c-kl-idf-e2") + KL, "labels-hn", needs=["c-kl-idf-e2"]),
+           LABELLED.replace("{base}", "c-kl-idf-e2") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-e2"]),
     Recipe("c-kl-idf-q", "corpus-only, as c-kl-idf, keyword / span / question queries",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies keywords,span,question",
            "corpus-q"),
     Recipe("l-klq-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-q",
-           LABELLED.replace("{base}", "c-kl-idf-q") + KL, "labels-hn", needs=["c-kl-idf-q"]),
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-q"]),
     Recipe("c-kl-idf-q2", "corpus-only, as c-kl-idf, question / span / question queries (the new default)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,question",
            "corpus-q2"),
     Recipe("l-klq2-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-q2 (the new defaults end to end)",
-           LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn", needs=["c-kl-idf-q2"]),
+           LABELLED.replace("{base}", "c-kl-idf-q2") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-q2"]),
     Recipe("l-klq-hn-kl-qlr", "labelled, as l-klq-hn-kl, learned IDF query weights (query lr 0.1)",
            LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1", "labels-hn", needs=["c-kl-idf-q"]),
     Recipe("l-klq-hn-kl-qlr3", "labelled, as l-klq-hn-kl, learned IDF query weights (query lr 0.3)",
@@ -158,7 +161,7 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("l-klq-mix-q2", "labelled, judged and question / span / question pseudo-queries in one stage, "
            "from c-kl-idf-q",
            LABELLED.replace("{base}", "c-kl-idf-q").replace("--queries-per-passage 0",
-                                                            "--strategies question,span,question") + KL,
+                                                            "--strategies question,span,question") + KL + FROZEN,
            "labels-q2", needs=["c-kl-idf-q"]),
     Recipe("c-kl-idf-q2-qlr", "corpus-only, as c-kl-idf-q2, learned IDF query weights (query lr 0.1)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
@@ -170,13 +173,16 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,question --negatives 4", "corpus-q2-n4"),
     Recipe("l-klq-hn4-kl", "labelled, as l-klq-hn-kl, 4 denoised hard negatives per row",
-           LABELLED.replace("{base}", "c-kl-idf-q").replace("--negatives 2", "--negatives 4") + KL, "labels-hn4",
-           needs=["c-kl-idf-q"]),
+           LABELLED.replace("{base}", "c-kl-idf-q").replace("--negatives 2", "--negatives 4") + KL + FROZEN,
+           "labels-hn4", needs=["c-kl-idf-q"]),
+    Recipe("l-klq2-hn-kl-qlr", "labelled, the defaults (learned IDF query weights), from c-kl-idf-q2 (the new "
+           "defaults end to end)", LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn",
+           needs=["c-kl-idf-q2"]),
     Recipe("c-kl-idf-qs", "corpus-only, as c-kl-idf, question / span / synonym-swapped question queries",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,synonym", "corpus-qs"),
     Recipe("l-klqs-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-qs",
-           LABELLED.replace("{base}", "c-kl-idf-qs") + KL, "labels-hn", needs=["c-kl-idf-qs"]),
+           LABELLED.replace("{base}", "c-kl-idf-qs") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-qs"]),
 ]
 
 

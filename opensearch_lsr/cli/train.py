@@ -168,9 +168,10 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
                    "[default: 1 with --labels and --inference-free, else 0].")
 @click.option("--idf-flops/--no-idf-flops", default=None,
               help="Weight the document FLOPS per token by 1/idf [default: on with --inference-free].")
-@click.option("--query-lr", type=float, default=0.0, show_default=True,
+@click.option("--query-lr", type=float, default=None,
               help="Inference-free: also learn the IDF query weights at this learning rate (0 = frozen IDF; "
-                   "the learned weights are written to idf.json).")
+                   "the learned weights are written to idf.json) [default: 0.1 with --labels and --inference-free "
+                   "(the measured labelled recipe), else 0].")
 @click.option("--mlm-epochs", type=float, default=0.0, show_default=True,
               help="Continued masked-LM training on the corpus before adapting (fits the transferred vocabulary "
                    "head to the corpus; 0 = none).")

@@ -211,16 +211,17 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     labelled = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root))
     labelled.validate()
     assert labelled.loss == "infonce"
-    recipe = ("negatives", "negative_depth", "negative_min_rank", "teacher_margin", "kl_weight")
-    assert tuple(getattr(labelled, k) for k in recipe) == (2, 50, 5, 0.05, 1.0)  # denoised hard negatives + KL
-    assert tuple(getattr(corpus_only, k) for k in recipe) == (1, 30, 0, 0.02, 0.0)
+    recipe = ("negatives", "negative_depth", "negative_min_rank", "teacher_margin", "kl_weight", "query_lr")
+    # denoised hard negatives + KL + learned IDF query weights
+    assert tuple(getattr(labelled, k) for k in recipe) == (2, 50, 5, 0.05, 1.0, 0.1)
+    assert tuple(getattr(corpus_only, k) for k in recipe) == (1, 30, 0, 0.02, 0.0, 0.0)
     chosen = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root), negatives=1,
                          kl_weight=0.0)
     chosen.validate()  # what a user sets stays set
-    assert tuple(getattr(chosen, k) for k in recipe) == (1, 50, 5, 0.05, 0.0)
+    assert tuple(getattr(chosen, k) for k in recipe) == (1, 50, 5, 0.05, 0.0, 0.1)
     with_kl = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, kl_weight=1.0)
     with_kl.validate()
     assert with_kl.loss == "infonce"
     bi = AdaptConfig(model="m", corpus=corpus, out="o")
     bi.validate()
-    assert (bi.loss, bi.teacher_temperature, bi.idf_flops) == ("infonce", 0.01, False)
+    assert (bi.loss, bi.teacher_temperature, bi.idf_flops, bi.query_lr) == ("infonce", 0.01, False, 0.0)
