@@ -57,28 +57,32 @@ LABELLED = ("adapt --model {work}/{base} --corpus {corpus} --labels {data} --que
 KW = " --strategies keywords,span,keywords"
 #: Data groups: the prepare-only command of each (the training flags do not change the data).
 GROUPS = {
-    "corpus": CORPUS_ONLY.replace("{name}", "prep/corpus").replace("{start}", "{sembridge}") + KW + " --prepare-only",
+    "corpus": CORPUS_ONLY.replace("{name}", "prep/corpus").replace("{start}", "{sembridge}") + KW
+    + " --consistency-rank 3 --prepare-only",
     "labels-hn": LABELLED.replace("{name}", "prep/labels-hn").replace("{work}/{base}", "{sembridge}")
     + " --prepare-only",
     # the heterogeneous teacher: e5 + nori BM25 min-max 0.65 / 0.35, the hybrid tuned on the held-out train
     # queries (dev MRR@10 0.948 against e5's 0.935; relevance_vs_nori.md)
     "corpus-mix": CORPUS_ONLY.replace("{name}", "prep/corpus-mix").replace("{start}", "{sembridge}") + KW
-    + " --teacher-mix 0.35 --prepare-only",
+    + " --teacher-mix 0.35 --consistency-rank 3 --prepare-only",
     "labels-mix": LABELLED.replace("{name}", "prep/labels-mix").replace("{work}/{base}", "{sembridge}")
     + " --teacher-mix 0.35 --prepare-only",
     # question-form pseudo-queries in place of the second keyword query of each passage
     "corpus-q": CORPUS_ONLY.replace("{name}", "prep/corpus-q").replace("{start}", "{sembridge}")
-    + " --strategies keywords,span,question --prepare-only",
+    + " --strategies keywords,span,question --consistency-rank 3 --prepare-only",
     "corpus-q2": CORPUS_ONLY.replace("{name}", "prep/corpus-q2").replace("{start}", "{sembridge}")
-    + " --strategies question,span,question --prepare-only",
+    + " --strategies question,span,question --consistency-rank 3 --prepare-only",
     # a synonym swap (Kiwi word-vector neighbours) in place of the second question
     "corpus-qs": CORPUS_ONLY.replace("{name}", "prep/corpus-qs").replace("{start}", "{sembridge}")
-    + " --strategies question,span,synonym --prepare-only",
+    + " --strategies question,span,synonym --consistency-rank 3 --prepare-only",
     # four hard negatives per row: a listwise KL over five teacher scores instead of two
     "corpus-q2-n4": CORPUS_ONLY.replace("{name}", "prep/corpus-q2-n4").replace("{start}", "{sembridge}")
-    + " --strategies question,span,question --negatives 4 --prepare-only",
+    + " --strategies question,span,question --negatives 4 --consistency-rank 3 --prepare-only",
     "labels-hn4": LABELLED.replace("{name}", "prep/labels-hn4").replace("{work}/{base}", "{sembridge}")
     .replace("--negatives 2", "--negatives 4") + " --prepare-only",
+    # the round-trip filter at 10 teacher ranks: keeps more of the short question queries
+    "corpus-q2-cr10": CORPUS_ONLY.replace("{name}", "prep/corpus-q2-cr10").replace("{start}", "{sembridge}")
+    + " --strategies question,span,question --consistency-rank 10 --prepare-only",
     # judged train queries and the default pseudo-queries in one stage (both mined with the labelled settings)
     "labels-q2": LABELLED.replace("{name}", "prep/labels-q2").replace("{work}/{base}", "{sembridge}")
     .replace("--queries-per-passage 0", "--strategies question,span,question") + " --prepare-only",
@@ -90,9 +94,11 @@ NCE = " --loss infonce"
 KL = " --kl-weight 1 --teacher-temperature 0.0015"
 #: Labelled rows measured before learned IDF query weights became the labelled default (``--query-lr 0.1``).
 FROZEN = " --query-lr 0"
+#: Corpus-only inference-free rows measured before the round-trip filter's default became the teacher's top 10.
+CR3 = " --consistency-rank 3"
 
 RECIPES = [  # in priority order: a run cut short keeps the first ones
-    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + NCE + OLD + KW, "corpus"),
+    Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + NCE + OLD + KW + CR3, "corpus"),
     Recipe("l-inbatch", "labelled, in-batch negatives (the previous default)",
            "train --model {work}/c-infonce --dataset {data} --split train --inference-free --loss infonce "
            "--max-seq-length 96 --eval-split '' --no-final-eval --out {work}/{name}", needs=["c-infonce"]),
@@ -104,21 +110,21 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            LABELLED.replace("{base}", "c-infonce") + KL + " --epochs 2" + OLD + FROZEN, "labels-hn",
            needs=["c-infonce"]),
     Recipe("c-mix", "corpus-only, InfoNCE, heterogeneous teacher (e5 + nori BM25)",
-           CORPUS_ONLY + NCE + " --teacher-mix 0.35" + OLD + KW, "corpus-mix"),
+           CORPUS_ONLY + NCE + " --teacher-mix 0.35" + OLD + KW + CR3, "corpus-mix"),
     Recipe("l-mix", "labelled, denoised hard negatives of the heterogeneous teacher, from c-mix",
            LABELLED.replace("{base}", "c-mix") + " --teacher-mix 0.35" + OLD + FROZEN, "labels-mix", needs=["c-mix"]),
     Recipe("c-kl-1e-5", "corpus-only, KL (T 0.0015), doc FLOPS 1e-5",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5" + OLD + KW, "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-5" + OLD + KW + CR3, "corpus"),
     Recipe("c-mmse-3e-3", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-3",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3" + OLD + KW, "corpus"),
-    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)", CORPUS_ONLY + KL + OLD + KW, "corpus"),
-    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + NCE + KW, "corpus"),
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-3" + OLD + KW + CR3, "corpus"),
+    Recipe("c-infonce-kl", "corpus-only, InfoNCE + KL (T 0.0015)", CORPUS_ONLY + KL + OLD + KW + CR3, "corpus"),
+    Recipe("c-infonce-idf", "corpus-only, InfoNCE, IDF-aware FLOPS", CORPUS_ONLY + NCE + KW + CR3, "corpus"),
     Recipe("l-idf-hn-kl", "labelled, denoised hard negatives + KL, IDF-aware FLOPS, from c-infonce-idf",
            LABELLED.replace("{base}", "c-infonce-idf") + KL + FROZEN, "labels-hn", needs=["c-infonce-idf"]),
     Recipe("l-klidf-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf (the labelled defaults)",
            LABELLED.replace("{base}", "c-kl-idf") + KL + FROZEN, "labels-hn", needs=["c-kl-idf"]),
     Recipe("c-mlm-all", "corpus-only, 1 epoch of corpus MLM (all weights), then InfoNCE",
-           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope all" + OLD + KW, "corpus"),
+           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope all" + OLD + KW + CR3, "corpus"),
     Recipe("soup-c-l", "weight average of corpus-only and labelled (hard negatives)",
            "average-models {work}/c-infonce {work}/l-hn --out {work}/{name}", needs=["c-infonce", "l-hn"]),
     Recipe("sum-l-hn-kl", "summed document vectors of the two labelled hard-negative models (one field)",
@@ -128,31 +134,33 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("sum-l-hn-c-mix", "summed document vectors of labelled, corpus-only and heterogeneous-teacher models",
            "sum {work}/l-hn {work}/c-infonce {work}/c-mix", needs=["l-hn", "c-infonce", "c-mix"]),
     Recipe("c-kl-1e-4", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + OLD + KW, "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + OLD + KW + CR3, "corpus"),
     Recipe("c-kl-idf", "corpus-only, KL (T 0.0015), doc FLOPS 1e-4, IDF-aware FLOPS, keyword / span / keyword "
            "queries (the previous default)",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + KW, "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4" + KW + CR3, "corpus"),
     Recipe("c-mmse-3e-2", "corpus-only, MarginMSE (T 0.0015), doc FLOPS 3e-2",
-           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2" + OLD + KW, "corpus"),
+           CORPUS_ONLY + " --loss marginmse --teacher-temperature 0.0015 --doc-reg 3e-2" + OLD + KW + CR3, "corpus"),
     Recipe("c-mlm-emb", "corpus-only, 1 epoch of corpus MLM (embeddings + head), then InfoNCE",
-           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope embeddings" + OLD + KW, "corpus"),
+           CORPUS_ONLY + NCE + " --mlm-epochs 1 --mlm-scope embeddings" + OLD + KW + CR3, "corpus"),
     Recipe("l-klidf-hn-kl-e2", "labelled, denoised hard negatives + KL, 2 epochs, from c-kl-idf",
            LABELLED.replace("{base}", "c-kl-idf") + KL + " --epochs 2" + FROZEN, "labels-hn", needs=["c-kl-idf"]),
     Recipe("c-kl-idf-e2", "corpus-only, as c-kl-idf, 2 epochs",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --epochs 2" + KW, "corpus"),
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4 --epochs 2" + KW + CR3,
+           "corpus"),
     Recipe("l-kle2-hn-kl", "labelled, today's defaults, from c-kl-idf-e2",
            LABELLED.replace("{base}", "c-kl-idf-e2") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-e2"]),
     Recipe("c-kl-idf-q", "corpus-only, as c-kl-idf, keyword / span / question queries",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
-           " --strategies keywords,span,question",
+           " --strategies keywords,span,question" + CR3,
            "corpus-q"),
     Recipe("l-klq-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-q",
            LABELLED.replace("{base}", "c-kl-idf-q") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-q"]),
-    Recipe("c-kl-idf-q2", "corpus-only, as c-kl-idf, question / span / question queries (the new default)",
+    Recipe("c-kl-idf-q2", "corpus-only, as c-kl-idf, question / span / question queries (the previous default)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
-           " --strategies question,span,question",
+           " --strategies question,span,question" + CR3,
            "corpus-q2"),
-    Recipe("l-klq2-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-q2 (the new defaults end to end)",
+    Recipe("l-klq2-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-q2 (the previous defaults end "
+           "to end)",
            LABELLED.replace("{base}", "c-kl-idf-q2") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-q2"]),
     Recipe("l-klq-hn-kl-qlr", "labelled, as l-klq-hn-kl, learned IDF query weights (query lr 0.1)",
            LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1", "labels-hn", needs=["c-kl-idf-q"]),
@@ -165,22 +173,34 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "labels-q2", needs=["c-kl-idf-q"]),
     Recipe("c-kl-idf-q2-qlr", "corpus-only, as c-kl-idf-q2, learned IDF query weights (query lr 0.1)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
-           " --strategies question,span,question --query-lr 0.1", "corpus-q2"),
+           " --strategies question,span,question --query-lr 0.1" + CR3, "corpus-q2"),
     Recipe("l-klq2qlr-hn-kl-qlr", "labelled, denoised hard negatives + KL, learned IDF query weights, from "
-           "c-kl-idf-q2-qlr", LABELLED.replace("{base}", "c-kl-idf-q2-qlr") + KL + " --query-lr 0.1", "labels-hn",
+           "c-kl-idf-q2-qlr (learned IDF in both stages)",
+           LABELLED.replace("{base}", "c-kl-idf-q2-qlr") + KL + " --query-lr 0.1", "labels-hn",
            needs=["c-kl-idf-q2-qlr"]),
     Recipe("c-kl-idf-q2-n4", "corpus-only, as c-kl-idf-q2, 4 hard negatives per row (KL over 5 teacher scores)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
-           " --strategies question,span,question --negatives 4", "corpus-q2-n4"),
+           " --strategies question,span,question --negatives 4" + CR3, "corpus-q2-n4"),
     Recipe("l-klq-hn4-kl", "labelled, as l-klq-hn-kl, 4 denoised hard negatives per row",
            LABELLED.replace("{base}", "c-kl-idf-q").replace("--negatives 2", "--negatives 4") + KL + FROZEN,
            "labels-hn4", needs=["c-kl-idf-q"]),
-    Recipe("l-klq2-hn-kl-qlr", "labelled, the defaults (learned IDF query weights), from c-kl-idf-q2 (the new "
-           "defaults end to end)", LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn",
+    Recipe("l-klq2-hn-kl-qlr", "labelled, denoised hard negatives + KL, learned IDF query weights, from "
+           "c-kl-idf-q2 (frozen IDF in the corpus stage)", LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn",
            needs=["c-kl-idf-q2"]),
+    Recipe("c-kl-idf-q2-cr10", "corpus-only, as c-kl-idf-q2, pseudo-queries kept within the teacher's top 10 "
+           "(the new default)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10", "corpus-q2-cr10"),
+    Recipe("l-klq2cr10-hn-kl-qlr", "labelled, denoised hard negatives + KL, learned IDF query weights, from "
+           "c-kl-idf-q2-cr10 (the new defaults end to end)",
+           LABELLED.replace("{base}", "c-kl-idf-q2-cr10") + KL, "labels-hn", needs=["c-kl-idf-q2-cr10"]),
+    Recipe("l-klq2n4-hn4-kl-qlr", "labelled, as l-klq2-hn-kl-qlr with 4 denoised hard negatives per row, from "
+           "c-kl-idf-q2-n4",
+           LABELLED.replace("{base}", "c-kl-idf-q2-n4").replace("--negatives 2", "--negatives 4") + KL,
+           "labels-hn4", needs=["c-kl-idf-q2-n4"]),
     Recipe("c-kl-idf-qs", "corpus-only, as c-kl-idf, question / span / synonym-swapped question queries",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
-           " --strategies question,span,synonym", "corpus-qs"),
+           " --strategies question,span,synonym" + CR3, "corpus-qs"),
     Recipe("l-klqs-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-qs",
            LABELLED.replace("{base}", "c-kl-idf-qs") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-qs"]),
 ]

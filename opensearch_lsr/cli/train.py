@@ -136,8 +136,9 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
                    "span (inverse-cloze window), lead (first words), question (1-2 keywords in a question form), "
                    "synonym (a question with a keyword swapped for a Kiwi word-vector neighbour; needs "
                    "kiwipiepy-model).")
-@click.option("--consistency-rank", type=int, default=3, show_default=True,
-              help="Keep a pseudo-query when the teacher ranks its passage within this many.")
+@click.option("--consistency-rank", type=int, default=None,
+              help="Keep a pseudo-query when the teacher ranks its passage within this many [default: 10 for a "
+                   "corpus-only --inference-free model (the measured best), else 3].")
 @click.option("--negatives", type=int, default=None,
               help="Hard negatives per row, alternating teacher-mined and nori-BM25-mined [default: 2 with --labels "
                    "and --inference-free (the measured labelled recipe), else 1].")

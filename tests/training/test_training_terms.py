@@ -207,6 +207,7 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     corpus_only = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True)
     corpus_only.validate()
     assert (corpus_only.loss, corpus_only.teacher_temperature, corpus_only.idf_flops) == ("kldiv", 0.0015, True)
+    assert corpus_only.consistency_rank == 10  # more of the short question queries kept
     root = beir_writer(tmp_path / "b")
     labelled = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root))
     labelled.validate()
@@ -214,6 +215,7 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     recipe = ("negatives", "negative_depth", "negative_min_rank", "teacher_margin", "kl_weight", "query_lr")
     # denoised hard negatives + KL + learned IDF query weights
     assert tuple(getattr(labelled, k) for k in recipe) == (2, 50, 5, 0.05, 1.0, 0.1)
+    assert labelled.consistency_rank == 3
     assert tuple(getattr(corpus_only, k) for k in recipe) == (1, 30, 0, 0.02, 0.0, 0.0)
     chosen = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root), negatives=1,
                          kl_weight=0.0)
@@ -225,3 +227,4 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     bi = AdaptConfig(model="m", corpus=corpus, out="o")
     bi.validate()
     assert (bi.loss, bi.teacher_temperature, bi.idf_flops, bi.query_lr) == ("infonce", 0.01, False, 0.0)
+    assert bi.consistency_rank == 3
