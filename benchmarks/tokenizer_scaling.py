@@ -19,8 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-import harness
-from harness import ROOT
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 
 _CHILD = """
 import json, os, sys, time
@@ -85,7 +87,11 @@ def main(argv: list[str] | None = None) -> dict:
     for threads in args.threads:
         row = {"threads": threads}
         for mode in ("in_process", "process"):
-            row[mode] = run(model, corpus, args.limit, threads, mode, args.repeat, args.max_length)["docs_per_s"]
+            got = run(model, corpus, args.limit, threads, mode, args.repeat, args.max_length)
+            row[mode], row[f"{mode}_tokens"] = got["docs_per_s"], got["tokens"]
+        if row["in_process_tokens"] != row["process_tokens"]:
+            raise SystemExit(f"the tokenizer process gave {row['process_tokens']} tokens, in process "
+                             f"{row['in_process_tokens']}: not the same tokenization")
         rows.append(row)
         print(json.dumps(row), flush=True)
     base = rows[0]["in_process"]
@@ -93,7 +99,8 @@ def main(argv: list[str] | None = None) -> dict:
         row["in_process_x"] = round(row["in_process"] / base, 2)
         row["process_x"] = round(row["process"] / base, 2)
     result = {"run": harness.run_info(), "cores": cores, "model": model, "passages": args.limit, "rows": rows}
-    lines = [f"Usable cores: {cores}. {args.limit} passages of `{corpus.name}`, `{Path(model).name}` tokenizer, "
+    shown = "/".join(Path(model).parts[-2:])
+    lines = [f"Usable cores: {cores}. {args.limit} passages of `{corpus.name}`, `{shown}` tokenizer, "
              f"best of {args.repeat}; ratios against 1 thread in process, measured in this run.", "",
              "| Rust threads | in process docs/s | x | TokenizerProcess docs/s | x |", "|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['threads']} | {r['in_process']:,.0f} | {r['in_process_x']} | {r['process']:,.0f} | "
