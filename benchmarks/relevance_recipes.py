@@ -55,39 +55,6 @@ LABELLED = ("adapt --model {work}/{base} --corpus {corpus} --labels {data} --que
             "--negatives 2 --negative-min-rank 5 --negative-depth 50 --teacher-margin 0.05 --out {work}/{name}")
 #: The pseudo-query styles of the rows measured before question forms became the default.
 KW = " --strategies keywords,span,keywords"
-#: Data groups: the prepare-only command of each (the training flags do not change the data).
-GROUPS = {
-    "corpus": CORPUS_ONLY.replace("{name}", "prep/corpus").replace("{start}", "{sembridge}") + KW
-    + " --consistency-rank 3 --prepare-only",
-    "labels-hn": LABELLED.replace("{name}", "prep/labels-hn").replace("{work}/{base}", "{sembridge}")
-    + " --prepare-only",
-    # the heterogeneous teacher: e5 + nori BM25 min-max 0.65 / 0.35, the hybrid tuned on the held-out train
-    # queries (dev MRR@10 0.948 against e5's 0.935; relevance_vs_nori.md)
-    "corpus-mix": CORPUS_ONLY.replace("{name}", "prep/corpus-mix").replace("{start}", "{sembridge}") + KW
-    + " --teacher-mix 0.35 --consistency-rank 3 --prepare-only",
-    "labels-mix": LABELLED.replace("{name}", "prep/labels-mix").replace("{work}/{base}", "{sembridge}")
-    + " --teacher-mix 0.35 --prepare-only",
-    # question-form pseudo-queries in place of the second keyword query of each passage
-    "corpus-q": CORPUS_ONLY.replace("{name}", "prep/corpus-q").replace("{start}", "{sembridge}")
-    + " --strategies keywords,span,question --consistency-rank 3 --prepare-only",
-    "corpus-q2": CORPUS_ONLY.replace("{name}", "prep/corpus-q2").replace("{start}", "{sembridge}")
-    + " --strategies question,span,question --consistency-rank 3 --prepare-only",
-    # a synonym swap (Kiwi word-vector neighbours) in place of the second question
-    "corpus-qs": CORPUS_ONLY.replace("{name}", "prep/corpus-qs").replace("{start}", "{sembridge}")
-    + " --strategies question,span,synonym --consistency-rank 3 --prepare-only",
-    # four hard negatives per row: a listwise KL over five teacher scores instead of two
-    "corpus-q2-n4": CORPUS_ONLY.replace("{name}", "prep/corpus-q2-n4").replace("{start}", "{sembridge}")
-    + " --strategies question,span,question --negatives 4 --consistency-rank 3 --prepare-only",
-    "labels-hn4": LABELLED.replace("{name}", "prep/labels-hn4").replace("{work}/{base}", "{sembridge}")
-    .replace("--negatives 2", "--negatives 4") + " --prepare-only",
-    # the round-trip filter at 10 teacher ranks: keeps more of the short question queries
-    "corpus-q2-cr10": CORPUS_ONLY.replace("{name}", "prep/corpus-q2-cr10").replace("{start}", "{sembridge}")
-    + " --strategies question,span,question --consistency-rank 10 --prepare-only",
-    # judged train queries and the default pseudo-queries in one stage (both mined with the labelled settings)
-    "labels-q2": LABELLED.replace("{name}", "prep/labels-q2").replace("{work}/{base}", "{sembridge}")
-    .replace("--queries-per-passage 0", "--strategies question,span,question") + " --prepare-only",
-}
-
 #: Recipes measured before IDF-aware FLOPS and KL became adapt's corpus-only inference-free defaults say so.
 OLD = " --no-idf-flops"
 NCE = " --loss infonce"
@@ -96,6 +63,39 @@ KL = " --kl-weight 1 --teacher-temperature 0.0015"
 FROZEN = " --query-lr 0"
 #: Corpus-only inference-free rows measured before the round-trip filter's default became the teacher's top 10.
 CR3 = " --consistency-rank 3"
+#: The labelled stage's data with the judged queries and the default pseudo-queries together.
+WITH_PSEUDO = ("--queries-per-passage 0", "--strategies question,span,question")
+
+
+def _prepared(command: str, name: str, flags: str = "", swap: tuple[str, str] = ("", "")) -> str:
+    """The ``--prepare-only`` form of an adapt command started from SemBridge, cached in ``prep/<name>``;
+    ``swap`` replaces one of its options."""
+    command = command.replace("{name}", f"prep/{name}").replace("{start}", "{sembridge}")
+    return command.replace("{work}/{base}", "{sembridge}").replace(*swap) + flags + " --prepare-only"
+
+
+#: Data groups: the prepare-only command of each (the training flags do not change the data).
+GROUPS = {
+    "corpus": _prepared(CORPUS_ONLY, "corpus", KW + CR3),
+    "labels-hn": _prepared(LABELLED, "labels-hn"),
+    # the heterogeneous teacher: e5 + nori BM25 min-max 0.65 / 0.35, the hybrid tuned on the held-out train
+    # queries (dev MRR@10 0.948 against e5's 0.935; relevance_vs_nori.md)
+    "corpus-mix": _prepared(CORPUS_ONLY, "corpus-mix", KW + " --teacher-mix 0.35" + CR3),
+    "labels-mix": _prepared(LABELLED, "labels-mix", " --teacher-mix 0.35"),
+    # question-form pseudo-queries in place of the second keyword query of each passage
+    "corpus-q": _prepared(CORPUS_ONLY, "corpus-q", " --strategies keywords,span,question" + CR3),
+    "corpus-q2": _prepared(CORPUS_ONLY, "corpus-q2", " --strategies question,span,question" + CR3),
+    # a synonym swap (Kiwi word-vector neighbours) in place of the second question
+    "corpus-qs": _prepared(CORPUS_ONLY, "corpus-qs", " --strategies question,span,synonym" + CR3),
+    # four hard negatives per row: a listwise KL over five teacher scores instead of two
+    "corpus-q2-n4": _prepared(CORPUS_ONLY, "corpus-q2-n4", " --strategies question,span,question --negatives 4" + CR3),
+    "labels-hn4": _prepared(LABELLED, "labels-hn4", swap=("--negatives 2", "--negatives 4")),
+    # the round-trip filter at 10 teacher ranks: keeps more of the short question queries
+    "corpus-q2-cr10": _prepared(CORPUS_ONLY, "corpus-q2-cr10", " --strategies question,span,question "
+                                "--consistency-rank 10"),
+    # judged train queries and the default pseudo-queries in one stage (both mined with the labelled settings)
+    "labels-q2": _prepared(LABELLED, "labels-q2", swap=WITH_PSEUDO),
+}
 
 RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-infonce", "corpus-only, InfoNCE (the previous default)", CORPUS_ONLY + NCE + OLD + KW + CR3, "corpus"),
@@ -168,8 +168,7 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.3", "labels-hn", needs=["c-kl-idf-q"]),
     Recipe("l-klq-mix-q2", "labelled, judged and question / span / question pseudo-queries in one stage, "
            "from c-kl-idf-q",
-           LABELLED.replace("{base}", "c-kl-idf-q").replace("--queries-per-passage 0",
-                                                            "--strategies question,span,question") + KL + FROZEN,
+           LABELLED.replace("{base}", "c-kl-idf-q").replace(*WITH_PSEUDO) + KL + FROZEN,
            "labels-q2", needs=["c-kl-idf-q"]),
     Recipe("c-kl-idf-q2-qlr", "corpus-only, as c-kl-idf-q2, learned IDF query weights (query lr 0.1)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"

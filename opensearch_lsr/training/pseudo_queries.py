@@ -17,7 +17,7 @@ No generative model is available offline (doc2query / InPars / Promptagator need
   "수면 무호흡 원인"), the topic particle chosen by the last syllable's final consonant: search users type
   questions as well as keywords, and the template's words are in their queries too.
 * ``synonym``: a ``question`` whose keyword is swapped for a neighbour in Kiwi's morpheme embeddings that
-  the passage does not contain ("주택 가격" -> "주택 값", :mod:`.synonyms`): the query names the passage's
+  the passage does not contain ("노트북 구입 방법" -> "노트북 구매 방법", :mod:`.synonyms`): the query names the passage's
   topic in other words, as users do; a passage with no such neighbour gives a plain question.
 
 The queries are noisy by construction; ``training.adapt`` keeps only those whose source passage a
@@ -149,11 +149,13 @@ def topic_particle(word: str) -> str:
     return "은" if has_final else "는"
 
 
+def _question_form(words: str, rng: random.Random) -> str:
+    return rng.choice(QUESTION_FORMS).format(k=words, t=words + topic_particle(words))
+
+
 def _question(terms: list[str], idf: Mapping[str, float], rng: random.Random) -> str:
     words = _keywords(terms, idf, rng, 1, 2)
-    if not words:
-        return ""
-    return rng.choice(QUESTION_FORMS).format(k=words, t=words + topic_particle(words))
+    return _question_form(words, rng) if words else ""
 
 
 def _synonym_question(terms: list[str], idf: Mapping[str, float], rng: random.Random, text: str,
@@ -167,8 +169,7 @@ def _synonym_question(terms: list[str], idf: Mapping[str, float], rng: random.Ra
     if swaps:
         i, other = rng.choice(swaps)
         words[i] = other
-    query = " ".join(words)
-    return rng.choice(QUESTION_FORMS).format(k=query, t=query + topic_particle(query)), bool(swaps)
+    return _question_form(" ".join(words), rng), bool(swaps)
 
 
 def _lead(text: str, config: PseudoQueryConfig) -> str:

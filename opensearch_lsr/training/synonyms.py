@@ -1,7 +1,7 @@
 """Korean word neighbours from Kiwi's morpheme embeddings, for synonym swaps in pseudo-queries.
 
 A query sampled from a passage only uses the passage's own words; real users often name the same thing
-differently ("가격" / "값", "증상" / "증세"). Kiwi (kiwipiepy >= 0.21 with the ``kiwipiepy-model`` package)
+differently ("구입" / "구매", "체중" / "몸무게"). Kiwi (kiwipiepy >= 0.21 with the ``kiwipiepy-model`` package)
 ships CoNg, a contextual n-gram language model whose morpheme embeddings answer
 ``Kiwi.most_similar_morphemes`` (cosine similarity; Lee 2024, "Kiwi: Developing a Korean Morphological
 Analyzer Based on Statistical Language Models and Skip-Bigram Models"). No library turns those neighbours
