@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import ArtifactConfig
+from ..config import ArtifactConfig, write_json
 
 __all__ = ["SoupConfig", "average_models"]
 
@@ -75,5 +75,16 @@ def average_models(models: Sequence[str | Path], out: str | Path, weights: Seque
             else:
                 mixed[key] = value
         save_file(mixed, str(target / rel), metadata={"format": "pt"})
+        if "SparseStaticEmbedding" in rel.parent.name and (target / "idf.json").exists():
+            _rewrite_idf(target, rel.parent, mixed["weight"])
     SoupConfig(models=[str(p) for p in paths], weights=weights, out=str(target)).save(target)
     return target
+
+
+def _rewrite_idf(target: Path, query_module: Path, weight) -> None:
+    """``idf.json`` (what ``export`` ships as the query side) from the averaged query weights, so the
+    exported model scores queries as the soup does (learned weights differ between the models)."""
+    from ..contract import rust_tokenizer
+    from ..inference_free import idf_from_weights
+
+    write_json(target / "idf.json", idf_from_weights(rust_tokenizer(target / query_module), weight))

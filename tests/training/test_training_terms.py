@@ -228,3 +228,21 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     bi.validate()
     assert (bi.loss, bi.teacher_temperature, bi.idf_flops, bi.query_lr) == ("infonce", 0.01, False, 0.0)
     assert bi.consistency_rank == 3
+
+
+def test_average_models_rewrites_the_idf_of_learned_query_weights(tmp_path, tiny_encoder_dir):
+    from safetensors.torch import load_file, save_file
+
+    from opensearch_lsr.inference_free import build_inference_free
+    from opensearch_lsr.training.ensemble import average_models
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_inference_free(tiny_encoder_dir, a, idf={"seoul": 2.0, "cat": 4.0})
+    shutil.copytree(a, b)
+    query_weights = next(p for p in b.rglob("model.safetensors") if "SparseStaticEmbedding" in p.parent.name)
+    learned = load_file(str(query_weights))
+    save_file({"weight": learned["weight"] * 3.0}, str(query_weights))
+    soup = average_models([a, b], tmp_path / "soup")
+    idf = json.loads((soup / "idf.json").read_text())
+    assert idf["seoul"] == pytest.approx(4.0) and idf["cat"] == pytest.approx(8.0)
+    assert json.loads((a / "idf.json").read_text())["cat"] == 4.0
