@@ -93,6 +93,9 @@ GROUPS = {
     # the round-trip filter at 10 teacher ranks: keeps more of the short question queries
     "corpus-q2-cr10": _prepared(CORPUS_ONLY, "corpus-q2-cr10", " --strategies question,span,question "
                                 "--consistency-rank 10"),
+    # six pseudo-queries per passage instead of three (the same styles, cycled)
+    "corpus-q2-cr10-p6": _prepared(CORPUS_ONLY, "corpus-q2-cr10-p6", " --strategies question,span,question "
+                                   "--consistency-rank 10 --queries-per-passage 6"),
     # judged train queries and the default pseudo-queries in one stage (both mined with the labelled settings)
     "labels-q2": _prepared(LABELLED, "labels-q2", swap=WITH_PSEUDO),
 }
@@ -202,6 +205,32 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            " --strategies question,span,synonym" + CR3, "corpus-qs"),
     Recipe("l-klqs-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-qs",
            LABELLED.replace("{base}", "c-kl-idf-qs") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-qs"]),
+    Recipe("l-klq-hn-kl-qlr-s192", "labelled, as l-klq-hn-kl-qlr, trained on 192 tokens per passage (was 96)",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1 --max-seq-length 192", "labels-hn",
+           needs=["c-kl-idf-q"]),
+    Recipe("c-kl-idf-q2-cr10-s192", "corpus-only, as c-kl-idf-q2-cr10, trained on 192 tokens per passage (was 96)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10 --max-seq-length 192", "corpus-q2-cr10"),
+    Recipe("l-klq-hn-kl-qlr-seed7", "labelled, as l-klq-hn-kl-qlr, another seed (7)",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1 --seed 7", "labels-hn",
+           needs=["c-kl-idf-q"]),
+    Recipe("l-klq-hn-kl3-qlr", "labelled, as l-klq-hn-kl-qlr, KL weight 3",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL.replace("--kl-weight 1", "--kl-weight 3") + " --query-lr 0.1",
+           "labels-hn", needs=["c-kl-idf-q"]),
+    Recipe("l-klq-hn-kl-qlr-lr2", "labelled, as l-klq-hn-kl-qlr, learning rate 2e-4",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1 --lr 2e-4", "labels-hn",
+           needs=["c-kl-idf-q"]),
+    Recipe("l-klq-hn-klt50-qlr", "labelled, as l-klq-hn-kl-qlr, a softer teacher in the KL term (T 0.05)",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL.replace("0.0015", "0.05") + " --query-lr 0.1",
+           "labels-hn", needs=["c-kl-idf-q"]),
+    Recipe("l-klq-hn-klt20-qlr", "labelled, as l-klq-hn-kl-qlr, a softer teacher in the KL term (T 0.02)",
+           LABELLED.replace("{base}", "c-kl-idf-q") + KL.replace("0.0015", "0.02") + " --query-lr 0.1",
+           "labels-hn", needs=["c-kl-idf-q"]),
+    Recipe("c-kl-idf-q2-cr10-p6", "corpus-only, as c-kl-idf-q2-cr10, six pseudo-queries per passage (was three)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10 --queries-per-passage 6", "corpus-q2-cr10-p6"),
+    Recipe("l-klq2cr10p6-hn-kl-qlr", "labelled, as l-klq2cr10-hn-kl-qlr, from c-kl-idf-q2-cr10-p6",
+           LABELLED.replace("{base}", "c-kl-idf-q2-cr10-p6") + KL, "labels-hn", needs=["c-kl-idf-q2-cr10-p6"]),
 ]
 
 
