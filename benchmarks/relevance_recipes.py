@@ -226,6 +226,10 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("l-klq-hn-klt20-qlr", "labelled, as l-klq-hn-kl-qlr, a softer teacher in the KL term (T 0.02)",
            LABELLED.replace("{base}", "c-kl-idf-q") + KL.replace("0.0015", "0.02") + " --query-lr 0.1",
            "labels-hn", needs=["c-kl-idf-q"]),
+    Recipe("soup-l5", "weight average of five labelled runs from c-kl-idf-q (query weights averaged too)",
+           "average-models {work}/l-klq-hn-kl {work}/l-klq-hn-kl-qlr {work}/l-klq-hn-kl-qlr3 {work}/l-klq-hn4-kl "
+           "{work}/l-klq-mix-q2 --out {work}/{name}",
+           needs=["l-klq-hn-kl", "l-klq-hn-kl-qlr", "l-klq-hn-kl-qlr3", "l-klq-hn4-kl", "l-klq-mix-q2"]),
     Recipe("c-kl-idf-q2-cr10-p6", "corpus-only, as c-kl-idf-q2-cr10, six pseudo-queries per passage (was three)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,question --consistency-rank 10 --queries-per-passage 6", "corpus-q2-cr10-p6"),
