@@ -395,6 +395,23 @@ def _model_runs(model: str, data: str, work: Path, max_docs: int = 0) -> tuple[d
     return arrays, stats
 
 
+def build_order(recipes: list[Recipe]) -> list[Recipe]:
+    """``recipes`` in their priority order, each moved after the models it ``needs`` (a stable depth-first order),
+    so one ``train`` run from scratch builds every row."""
+    by_name, ordered, seen = {r.name: r for r in recipes}, [], set()
+
+    def visit(recipe: Recipe) -> None:
+        if recipe.name not in seen:
+            seen.add(recipe.name)
+            for need in recipe.needs:
+                visit(by_name[need])
+            ordered.append(recipe)
+
+    for recipe in recipes:
+        visit(recipe)
+    return ordered
+
+
 def train(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -402,7 +419,7 @@ def train(args) -> None:
     meta_path = pack.with_suffix(".json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"models": {}}
     arrays = dict(np.load(pack)) if pack.exists() else {}
-    for recipe in RECIPES:
+    for recipe in build_order(RECIPES):
         if args.only and recipe.name not in args.only:
             continue
         if recipe.name in meta["models"]:
