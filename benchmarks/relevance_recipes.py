@@ -74,6 +74,14 @@ def _prepared(command: str, name: str, flags: str = "", swap: tuple[str, str] = 
     return command.replace("{work}/{base}", "{sembridge}").replace(*swap) + flags + " --prepare-only"
 
 
+
+def _variant_of_best(name: str, change: str, kl: str = KL, extra: str = "") -> Recipe:
+    """A labelled row that changes one thing against ``l-klq-hn-kl-qlr`` (from ``c-kl-idf-q``, KL, learned
+    IDF query weights)."""
+    return Recipe(name, f"labelled, as l-klq-hn-kl-qlr, {change}",
+                  LABELLED.replace("{base}", "c-kl-idf-q") + kl + " --query-lr 0.1" + extra, "labels-hn",
+                  needs=["c-kl-idf-q"])
+
 #: Data groups: the prepare-only command of each (the training flags do not change the data).
 GROUPS = {
     "corpus": _prepared(CORPUS_ONLY, "corpus", KW + CR3),
@@ -205,27 +213,16 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            " --strategies question,span,synonym" + CR3, "corpus-qs"),
     Recipe("l-klqs-hn-kl", "labelled, denoised hard negatives + KL, from c-kl-idf-qs",
            LABELLED.replace("{base}", "c-kl-idf-qs") + KL + FROZEN, "labels-hn", needs=["c-kl-idf-qs"]),
-    Recipe("l-klq-hn-kl-qlr-s192", "labelled, as l-klq-hn-kl-qlr, trained on 192 tokens per passage (was 96)",
-           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1 --max-seq-length 192", "labels-hn",
-           needs=["c-kl-idf-q"]),
+    _variant_of_best("l-klq-hn-kl-qlr-s192", "trained on 192 tokens per passage (was 96)",
+                     extra=" --max-seq-length 192"),
     Recipe("c-kl-idf-q2-cr10-s192", "corpus-only, as c-kl-idf-q2-cr10, trained on 192 tokens per passage (was 96)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,question --consistency-rank 10 --max-seq-length 192", "corpus-q2-cr10"),
-    Recipe("l-klq-hn-kl-qlr-seed7", "labelled, as l-klq-hn-kl-qlr, another seed (7)",
-           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1 --seed 7", "labels-hn",
-           needs=["c-kl-idf-q"]),
-    Recipe("l-klq-hn-kl3-qlr", "labelled, as l-klq-hn-kl-qlr, KL weight 3",
-           LABELLED.replace("{base}", "c-kl-idf-q") + KL.replace("--kl-weight 1", "--kl-weight 3") + " --query-lr 0.1",
-           "labels-hn", needs=["c-kl-idf-q"]),
-    Recipe("l-klq-hn-kl-qlr-lr2", "labelled, as l-klq-hn-kl-qlr, learning rate 2e-4",
-           LABELLED.replace("{base}", "c-kl-idf-q") + KL + " --query-lr 0.1 --lr 2e-4", "labels-hn",
-           needs=["c-kl-idf-q"]),
-    Recipe("l-klq-hn-klt50-qlr", "labelled, as l-klq-hn-kl-qlr, a softer teacher in the KL term (T 0.05)",
-           LABELLED.replace("{base}", "c-kl-idf-q") + KL.replace("0.0015", "0.05") + " --query-lr 0.1",
-           "labels-hn", needs=["c-kl-idf-q"]),
-    Recipe("l-klq-hn-klt20-qlr", "labelled, as l-klq-hn-kl-qlr, a softer teacher in the KL term (T 0.02)",
-           LABELLED.replace("{base}", "c-kl-idf-q") + KL.replace("0.0015", "0.02") + " --query-lr 0.1",
-           "labels-hn", needs=["c-kl-idf-q"]),
+    _variant_of_best("l-klq-hn-kl-qlr-seed7", "another seed (7)", extra=" --seed 7"),
+    _variant_of_best("l-klq-hn-kl3-qlr", "KL weight 3", kl=KL.replace("--kl-weight 1", "--kl-weight 3")),
+    _variant_of_best("l-klq-hn-kl-qlr-lr2", "learning rate 2e-4", extra=" --lr 2e-4"),
+    _variant_of_best("l-klq-hn-klt50-qlr", "a softer teacher in the KL term (T 0.05)", kl=KL.replace("0.0015", "0.05")),
+    _variant_of_best("l-klq-hn-klt20-qlr", "a softer teacher in the KL term (T 0.02)", kl=KL.replace("0.0015", "0.02")),
     Recipe("soup-l5", "weight average of five labelled runs from c-kl-idf-q (query weights averaged too)",
            "average-models {work}/l-klq-hn-kl {work}/l-klq-hn-kl-qlr {work}/l-klq-hn-kl-qlr3 {work}/l-klq-hn4-kl "
            "{work}/l-klq-mix-q2 --out {work}/{name}",
