@@ -158,16 +158,18 @@ def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
     batches = max(1, stats.batches - batches0)
     events = [e for e in prof.events() if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start]
     spans = sorted((e.time_range.start, e.time_range.end) for e in events)
-    busy, cur_s, cur_e = 0.0, None, None
+    busy, cur_s, cur_e, gaps = 0.0, None, None, []
     for s, e in spans:
         if cur_e is None or s > cur_e:
             if cur_e is not None:
                 busy += cur_e - cur_s
+                gaps.append(s - cur_e)
             cur_s, cur_e = s, e
         else:
             cur_e = max(cur_e, e)
     if cur_e is not None:
         busy += cur_e - cur_s
+    extent = (cur_e - spans[0][0]) / 1e6 if spans else 0.0
     by_name: dict[str, float] = {}
     for e in events:
         by_name[e.name[:90]] = by_name.get(e.name[:90], 0.0) + (e.time_range.end - e.time_range.start)
@@ -175,6 +177,9 @@ def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
     return {"busy_share": round(busy / 1e6 / wall, 4),  # profiler times are in microseconds
             "wall_s": round(wall, 3), "batches": batches,
+            # where the idle share sits: before the first / after the last kernel, or between kernels
+            "idle_outside_kernels_s": round(wall - extent, 4), "idle_between_kernels_s": round(sum(gaps) / 1e6, 4),
+            "gaps_over_1ms": sum(g > 1e3 for g in gaps), "largest_gap_ms": round(max(gaps, default=0.0) / 1e3, 3),
             "host_launch_ms_per_batch": round(1e3 * (stats.by_stage["launch"] - launch0) / batches, 3),
             "kernel_ms_per_batch": round(total / 1e3 / batches, 3),
             "top_kernels": [{"name": n, "ms_per_batch": round(t / 1e3 / batches, 3), "share": round(t / total, 4)}
@@ -351,6 +356,12 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         _, warm = timed(device, enc.encode, texts[:2048])
         _, t = timed(device, enc.encode, texts)
         res["packed_compiled"] = {"precision": enc.precision, **rate(t), "warm_up_s": round(warm, 1)}
+        res["packed_compiled"]["vs_packed"] = exactness(new.encode(subset), enc.encode(subset))  # same precision
+        busy = gpu_busy_share(enc, texts)
+        if busy:
+            res["packed_compiled"]["gpu_busy_share"] = busy["busy_share"]
+            res["packed_compiled"]["gpu_profile"] = {k: v for k, v in busy.items() if k != "top_kernels"}
+            res["packed_compiled"]["top_kernels"] = busy["top_kernels"][:6]
 
     def packed_fp32():
         enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
@@ -408,12 +419,15 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
                 "packed --build-workers 0": ("packed", ("--build-workers", "0"))}
         if args.skip_padded_job:
             runs.pop("padded")
+        if "packed_compiled" not in args.skip:
+            runs["packed --compile"] = ("packed", ("--compile",))
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
-        for key in ("packed", "packed --build-workers 0"):
-            pk = res["ndjson_end_to_end"][key]
-            if "docs_per_s" in pk and "packed" in res:
-                pk["share_of_encode_only"] = round(pk["docs_per_s"] / res["packed"]["docs_per_s"], 3)
+        for key, base in (("packed", "packed"), ("packed --build-workers 0", "packed"),
+                          ("packed --compile", "packed_compiled")):
+            pk = res["ndjson_end_to_end"].get(key, {})
+            if "docs_per_s" in pk and base in res:
+                pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
 
     for key, fn in (("reference", reference), ("packed", packed), ("packed_compiled", packed_compiled),
                     ("packed_fp32", packed_fp32),
@@ -457,6 +471,7 @@ def markdown(result: dict) -> str:
         facts = [("packed / reference", r.get("speedup_packed_over_reference")),
                  ("GPU busy share (packed)", r.get("gpu_busy_share")),
                  ("GPU profile of the packed encode (whole corpus)", r.get("gpu_profile")),
+                 ("GPU profile of the packed + torch.compile encode", (r.get("packed_compiled") or {}).get("gpu_profile")),
                  ("host syncs per batch (packed)", r.get("host_syncs_per_batch")),
                  ("stage ms per batch (packed)", r.get("stage_ms_per_batch")),
                  ("segment max docs/s", r.get("segment_max_docs_per_s")),

@@ -151,7 +151,7 @@ class PackedMLM:
         self.row_block = row_block
         # torch.compile fuses the residual add, the LayerNorm and both casts into one kernel per step
         # (dynamic: one graph for every packed length)
-        self._add_norm = torch.compile(_add_norm, dynamic=True) if compile else _add_norm
+        self._add_norm = torch.compile(_add_norm) if compile else _add_norm
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b
