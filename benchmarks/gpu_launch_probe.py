@@ -94,8 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
     corpus = Path(args.corpus) if args.corpus else data / "msmarco-ko" / "corpus.jsonl"
     texts = [json.loads(line)["text"] for line in corpus.open(encoding="utf-8")][:args.limit] * args.repeat
     cuda = torch.cuda.is_available()
-    model = args.model or str(splade_tiny_path())
-    if args.bert_base:
+    if not args.bert_base:
+        model = args.model or str(splade_tiny_path())
+    else:
         import gpu_encode  # noqa: E402 - benchmarks/gpu_encode.py
 
         shape = dict(layers=12, hidden=768, heads=12, intermediate=3072) if cuda else \
