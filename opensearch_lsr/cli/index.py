@@ -44,9 +44,10 @@ __all__ = ["index_command"]
 @click.option("--build-workers", type=int, default=None,
               help="--backend ndjson: processes that build and serialise documents, so the job's main thread "
                    "only reads and hands chunks on [default: up to 8 beside a GPU (CPU cores - 4), 0 on CPU].")
-@click.option("--compile", "compile_", is_flag=True,
+@click.option("--compile/--no-compile", "compile_", default=None,
               help="Packed batching: torch.compile the residual + LayerNorm steps into fused kernels (the first "
-                   "batches pay the compilation: worth it for long jobs on a GPU).")
+                   "batches pay the compilation, a few seconds; falls back to eager kernels if compiling fails) "
+                   "[default: on for bf16 / fp16 on a GPU, off in fp32 and on CPU].")
 @click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
 @click.option("--device", default=None,
               help="cpu, cuda (every GPU: one encoder process each), cuda:1, or a list such as cuda:0,cuda:2 "

@@ -86,7 +86,8 @@ class IndexJobConfig(ArtifactConfig):
     batching: str = "auto"
     max_batch_tokens: int | None = None
     window_docs: int = 4096
-    compile: bool = False
+    # packed batching: torch.compile the residual + LayerNorm steps (None: on CUDA in bf16 / fp16)
+    compile: bool | None = None
     # processes that build and serialise NDJSON documents (None: up to 8 beside a GPU, none on CPU)
     build_workers: int | None = None
 

@@ -123,6 +123,61 @@ def test_packed_body_and_head_equal_the_padded_hugging_face_forward(name, segmen
     assert (got - expected).abs().max().item() <= 1e-5
 
 
+def _packed_pair(compile_):
+    model, _ = _tiny_models()["bert"]
+    model.eval()
+    lengths = np.array([5, 17, 3, 30, 2, 9])
+    ids = torch.randint(5, 300, (int(lengths.sum()),))
+    with torch.no_grad():
+        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+        other = packed_model(model, torch.float32, vocab_chunk=128, compile=compile_)
+        seg = Segments.from_lengths(lengths, torch.device("cpu"))
+        return eager.pooled_max(ids, seg), other, lambda: other.pooled_max(ids, seg)
+
+
+def test_compiled_residual_layer_norm_steps_equal_the_eager_ones():
+    """torch.compile of the add + LayerNorm steps (the CUDA bf16 default; Inductor's C++ kernels here) computes what
+    the eager steps do, through both compiles (the first shape, then the token count made dynamic)."""
+    expected, packed, run = _packed_pair(True)
+    assert packed.compiled
+    assert (run() - expected).abs().max().item() <= 1e-5
+    model, _ = _tiny_models()["bert"]
+    lengths = np.array([4, 11, 7])  # another token count: the dynamic graph
+    ids = torch.randint(5, 300, (int(lengths.sum()),))
+    seg = Segments.from_lengths(lengths, torch.device("cpu"))
+    with torch.no_grad():
+        eager = packed_model(model.eval(), torch.float32, vocab_chunk=128, compile=False)
+        assert (packed.pooled_max(ids, seg) - eager.pooled_max(ids, seg)).abs().max().item() <= 1e-5
+    assert packed.compiled  # no fallback happened
+
+
+def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch, caplog):
+    def broken(fn):
+        def run(*args):
+            raise RuntimeError("backend compiler failed: no C++ compiler\nmore")
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    expected, packed, run = _packed_pair(True)
+    with caplog.at_level("WARNING"):
+        got = run()
+    assert not packed.compiled
+    assert "no C++ compiler" in caplog.text and "more" not in caplog.text
+    assert torch.equal(got, expected)
+    assert torch.equal(run(), expected)  # eager from then on
+
+
+def test_compile_is_on_by_default_for_cuda_bf16_only():
+    from opensearch_lsr.encoding.packed import compile_by_default
+
+    assert compile_by_default(torch.device("cuda"), torch.bfloat16)
+    assert compile_by_default(torch.device("cuda:1"), torch.float16)
+    assert not compile_by_default(torch.device("cuda"), torch.float32)
+    assert not compile_by_default(torch.device("cpu"), torch.bfloat16)
+    _, packed, _ = _packed_pair(None)  # None: the default for the model's device (CPU here)
+    assert not packed.compiled
+
+
 def test_unknown_layouts_fall_back_to_padded_batching(tiny_source_dir):
     from transformers import BertConfig, BertForMaskedLM, ElectraConfig, ElectraForMaskedLM
 
