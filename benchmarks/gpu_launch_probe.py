@@ -8,7 +8,7 @@ LayerNorm steps; the Rust tokenizer's threads in its process); ``--bert-base`` p
 masked LM of ``gpu_encode.py`` instead of SPLADE-tiny.
 
     python benchmarks/gpu_launch_probe.py [--model DIR | --bert-base] [--repeat 2] [--max-batch-tokens 65536]
-        [--compile off on] [--tokenizer-threads 8 16] [--out FILE]
+        [--compile off on block] [--tokenizer-threads 8 16] [--out FILE]
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
 from opensearch_lsr.resources import shared_data_dir, splade_tiny_path  # noqa: E402
 
 
-def probe(model: str, texts: list[str], *, cuda: bool, budget: int, compile: bool, threads: int | None,
+def probe(model: str, texts: list[str], *, cuda: bool, budget: int, compile: bool | str, threads: int | None,
           thread_variant: bool) -> dict:
     """docs/s and launch ms per batch of one encoder: its own tokenizer, a tokenizer thread, pre-tokenized."""
     default_threads = tokenizer_process.default_tokenizer_threads
@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeat", type=int, default=2, help="Copies of the corpus.")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all].")
     p.add_argument("--max-batch-tokens", type=int, default=65536, help="Packed batch budget (CUDA; 4096 on CPU).")
-    p.add_argument("--compile", nargs="+", choices=("off", "on"), default=["off"],
-                   help="Probe the eager encoder, the torch.compile'd one, or both [default: off].")
+    p.add_argument("--compile", nargs="+", choices=("off", "on", "block"), default=["off"],
+                   help="Probe the eager encoder, the torch.compile'd one (on: the residual + LayerNorm steps; block: "
+                        "everything after attention, one region per layer), or several [default: off].")
     p.add_argument("--tokenizer-threads", nargs="+", type=int, default=[0],
                    help="Rust tokenizer threads in the tokenizer process (0: the default, half the cores).")
     p.add_argument("--out", default=None, help="Write the figures as JSON here.")
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> dict:
     first = True
     for mode in args.compile:
         for threads in args.tokenizer_threads:
-            res = probe(model, texts, cuda=cuda, budget=args.max_batch_tokens, compile=mode == "on",
+            res = probe(model, texts, cuda=cuda, budget=args.max_batch_tokens,
+                        compile={"off": False, "on": True, "block": "block"}[mode],
                         threads=threads or None, thread_variant=first)
             out["runs"].append({"compile": mode, "tokenizer_threads": threads or
                                 tokenizer_process.default_tokenizer_threads(), **res})

@@ -170,7 +170,7 @@ class SparseDocumentEncoder:
         batching: how :meth:`encode` runs (:data:`Batching`); ``encode_dense`` is always the padded reference.
         max_batch_tokens: real tokens per packed forward pass (default: 64k on a GPU, 4k on CPU).
         compile: packed batching: ``torch.compile`` the residual + LayerNorm steps (fused kernels, the first
-            batches pay the compilation); ``None``: on CUDA in bf16 / fp16 (:func:`.packed.compile_by_default`).
+            batches pay the compilation; ``"block"``: all of a block after attention); ``None``: on CUDA in bf16 / fp16.
     """
 
     def __new__(cls, model: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
@@ -196,7 +196,7 @@ class SparseDocumentEncoder:
         num_threads: int | None = None,
         batching: Batching = "auto",
         max_batch_tokens: int | None = None,
-        compile: bool | None = None,
+        compile: bool | str | None = None,
     ) -> None:
         from transformers import AutoModelForMaskedLM
 
@@ -242,7 +242,7 @@ class SparseDocumentEncoder:
         self.runner = self._packed_runner(batching, max_batch_tokens, compile)
 
     # ------------------------------------------------------------------ set-up helpers
-    def _packed_runner(self, batching: Batching, max_batch_tokens: int | None, compile: bool | None = None):
+    def _packed_runner(self, batching: Batching, max_batch_tokens: int | None, compile: bool | str | None = None):
         """The packed runner for ``batching`` (``None``: the padded reference path encodes)."""
         from .packed import default_vocab_chunk
         from .packed_layouts import packed_model

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Segments", "PackedMLM", "FusedAddNorm", "compile_by_default", "padded_attention", "varlen_available", "default_vocab_chunk", "flops_per_token",
-           "cast_weight", "layer_norm_params", "head_transform", "PostLNBlock"]
+__all__ = ["Segments", "PackedMLM", "CompiledStep", "compile_by_default", "padded_attention", "varlen_available",
+           "default_vocab_chunk", "flops_per_token", "cast_weight", "layer_norm_params", "head_transform", "PostLNBlock"]
 
 
 @dataclass
@@ -143,27 +143,40 @@ def compile_by_default(device: torch.device, dtype: torch.dtype) -> bool:
     return device.type == "cuda" and dtype != torch.float32
 
 
-class FusedAddNorm:
-    """:func:`_add_norm` through ``torch.compile`` (Inductor fuses the add, the LayerNorm and both casts into
-    one kernel); the eager function from then on, with a warning, if compiling fails (no Triton, no C++
-    compiler). Shapes are dynamic in the token count only: the first two calls compile, once each."""
+def _block_tail(x: torch.Tensor, ctx: torch.Tensor, out_w: torch.Tensor, out_b: torch.Tensor, ln1: tuple,
+                up_w: torch.Tensor, up_b: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor],
+                down_w: torch.Tensor, down_b: torch.Tensor, ln2: tuple, dtype: torch.dtype,
+                add_norm: Callable[..., tuple[torch.Tensor, torch.Tensor]] = _add_norm
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A post-LN block after its attention: output projection, residual + LayerNorm, feed-forward, residual +
+    LayerNorm; the residual stream in float32 and in the compute dtype, as :func:`_add_norm` returns it."""
+    x, xc = add_norm(x, F.linear(ctx, out_w, out_b), *ln1, dtype)
+    up = act(F.linear(xc, up_w, up_b))
+    return add_norm(x, F.linear(up, down_w, down_b), *ln2, dtype)
 
-    def __init__(self) -> None:
-        self._fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = torch.compile(_add_norm)
+
+class CompiledStep:
+    """``fn`` through ``torch.compile``, and ``fn`` itself from then on, with a warning, if compiling fails (no
+    Triton, no C++ compiler). Shapes are dynamic in the token count only (automatic dynamic shapes: the first
+    call compiles for its shape, the second for any token count)."""
+
+    def __init__(self, fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.fn = fn
+        self._compiled = torch.compile(fn)
         self.compiled = True
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.compiled:
-            return _add_norm(*args)
+            return self.fn(*args)
         try:
-            return self._fn(*args)
+            return self._compiled(*args)
         except torch.OutOfMemoryError:
             raise
         except Exception as err:  # noqa: BLE001 - any compiler failure: the eager step computes the same
-            logger.warning("torch.compile of the residual + LayerNorm step failed (%s: %s); running it eagerly",
+            logger.warning("torch.compile of %s failed (%s: %s); running it eagerly", self.fn.__name__,
                            type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
             self.compiled = False
-            return _add_norm(*args)
+            return self.fn(*args)
 
 
 class PackedMLM:
@@ -178,12 +191,19 @@ class PackedMLM:
                  layers: list[PostLNBlock], transform: Callable[[torch.Tensor], torch.Tensor],
                  decoder_w: torch.Tensor, decoder_b: torch.Tensor | None, dtype: torch.dtype,
                  vocab_chunk: int, segment_max: str = "reduce", row_block: int | None = None,
-                 compile: bool = False) -> None:
+                 compile: bool | str = False) -> None:
         if segment_max not in ("reduce", "gather", "rows"):
             raise ValueError(f"segment_max {segment_max!r} is not 'reduce', 'gather' or 'rows'")
         self.segment_max = segment_max
         self.row_block = row_block
-        self._add_norm = FusedAddNorm() if compile else _add_norm
+        # what torch.compile fuses: each residual + LayerNorm step ("norm", what True means), or everything of a
+        # block after its attention in one region per layer ("block": half the compiled calls per batch)
+        scope = "norm" if compile is True else (compile or None)
+        if scope not in (None, "norm", "block"):
+            raise ValueError(f"compile {compile!r} is not a bool, 'norm' or 'block'")
+        self.compile_scope = scope
+        self._add_norm = CompiledStep(_add_norm) if scope == "norm" else _add_norm
+        self._tail = CompiledStep(_block_tail) if scope == "block" else None
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b
@@ -202,8 +222,8 @@ class PackedMLM:
 
     @property
     def compiled(self) -> bool:
-        """Whether the residual + LayerNorm steps run through ``torch.compile`` (:class:`FusedAddNorm`)."""
-        return isinstance(self._add_norm, FusedAddNorm) and self._add_norm.compiled
+        """Whether the steps after attention run through ``torch.compile`` (:class:`CompiledStep`)."""
+        return any(isinstance(f, CompiledStep) and f.compiled for f in (self._add_norm, self._tail))
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: Segments) -> torch.Tensor:
         if self.use_varlen:
@@ -227,9 +247,9 @@ class PackedMLM:
         for layer in self.layers:
             qkv = F.linear(xc, layer.qkv_w, layer.qkv_b).view(total, 3, self.heads, head_dim)
             ctx = self._attend(qkv[:, 0], qkv[:, 1], qkv[:, 2], seg).reshape(total, width)
-            x, xc = self._add_norm(x, F.linear(ctx, layer.out_w, layer.out_b), *layer.ln1, dt)
-            up = layer.act(F.linear(xc, layer.up_w, layer.up_b))
-            x, xc = self._add_norm(x, F.linear(up, layer.down_w, layer.down_b), *layer.ln2, dt)
+            tail = (x, ctx, layer.out_w, layer.out_b, layer.ln1, layer.up_w, layer.up_b, layer.act, layer.down_w,
+                    layer.down_b, layer.ln2, dt)
+            x, xc = self._tail(*tail) if self._tail is not None else _block_tail(*tail, self._add_norm)
         return self.transform(xc)
 
     def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:

@@ -45,10 +45,10 @@ def _gelu(x: torch.Tensor) -> torch.Tensor:
 
 
 def packed_model(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_max: str = "reduce",
-                 row_block: int | None = None, compile: bool | None = None) -> PackedMLM | None:
+                 row_block: int | None = None, compile: bool | str | None = None) -> PackedMLM | None:
     """A :class:`PackedMLM` over ``model``'s weights (cast once to ``dtype``), or ``None`` when the layout is
     not one this module knows (absolute positions, post-LN blocks, the families named in the module doc).
-    ``compile``: fuse the residual + LayerNorm steps (``None``: :func:`.packed.compile_by_default`)."""
+    ``compile``: what to fuse, as :class:`PackedMLM` takes it (``None``: :func:`.packed.compile_by_default`)."""
     kind = type(model).__name__
     cfg = model.config
     if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):

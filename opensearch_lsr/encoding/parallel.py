@@ -75,7 +75,7 @@ class DevicePool:
 
     def __init__(self, model: str | os.PathLike, devices: Sequence[str], *, precision: str = "auto",
                  batch_size: int = 32, max_length: int = MAX_LENGTH, num_threads: int | None = None,
-                 batching: str = "auto", max_batch_tokens: int | None = None, compile: bool | None = None) -> None:
+                 batching: str = "auto", max_batch_tokens: int | None = None, compile: bool | str | None = None) -> None:
         from transformers import AutoConfig
 
         from ..transfer.surgery import load_target_tokenizer, resolve_model_path

@@ -135,11 +135,13 @@ def _packed_pair(compile_):
         return eager.pooled_max(ids, seg), other, lambda: other.pooled_max(ids, seg)
 
 
-def test_compiled_residual_layer_norm_steps_equal_the_eager_ones():
-    """torch.compile of the add + LayerNorm steps (the CUDA bf16 default; Inductor's C++ kernels here) computes what
-    the eager steps do, through both compiles (the first shape, then the token count made dynamic)."""
-    expected, packed, run = _packed_pair(True)
-    assert packed.compiled
+@pytest.mark.parametrize("scope", [True, "block"])
+def test_compiled_steps_equal_the_eager_ones(scope):
+    """torch.compile of the add + LayerNorm steps (``True``, the CUDA bf16 default) or of everything after
+    attention (``"block"``), Inductor's C++ kernels here, computes what the eager steps do, through both compiles
+    (the first shape, then the token count made dynamic)."""
+    expected, packed, run = _packed_pair(scope)
+    assert packed.compiled and packed.compile_scope == ("norm" if scope is True else scope)
     assert (run() - expected).abs().max().item() <= 1e-5
     model, _ = _tiny_models()["bert"]
     lengths = np.array([4, 11, 7])  # another token count: the dynamic graph
@@ -162,7 +164,7 @@ def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch,
     with caplog.at_level("WARNING"):
         got = run()
     assert not packed.compiled
-    assert "no C++ compiler" in caplog.text and "more" not in caplog.text
+    assert "_add_norm" in caplog.text and "no C++ compiler" in caplog.text and "more" not in caplog.text
     assert torch.equal(got, expected)
     assert torch.equal(run(), expected)  # eager from then on
 
@@ -176,6 +178,8 @@ def test_compile_is_on_by_default_for_cuda_bf16_only():
     assert not compile_by_default(torch.device("cpu"), torch.bfloat16)
     _, packed, _ = _packed_pair(None)  # None: the default for the model's device (CPU here)
     assert not packed.compiled
+    with pytest.raises(ValueError, match="compile"):
+        _packed_pair("everything")
 
 
 def test_unknown_layouts_fall_back_to_padded_batching(tiny_source_dir):
