@@ -230,6 +230,10 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("c-kl-idf-q2-cr10-p6", "corpus-only, as c-kl-idf-q2-cr10, six pseudo-queries per passage (was three)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,question --consistency-rank 10 --queries-per-passage 6", "corpus-q2-cr10-p6"),
+    Recipe("c-kl-idf-q2-cr10-p6-seed7", "corpus-only, as c-kl-idf-q2-cr10-p6, another seed (7)",
+           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10 --queries-per-passage 6 --seed 7",
+           "corpus-q2-cr10-p6"),
     Recipe("l-klq2cr10p6-hn-kl-qlr", "labelled, as l-klq2cr10-hn-kl-qlr, from c-kl-idf-q2-cr10-p6",
            LABELLED.replace("{base}", "c-kl-idf-q2-cr10-p6") + KL, "labels-hn", needs=["c-kl-idf-q2-cr10-p6"]),
 ]
