@@ -236,6 +236,9 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "corpus-q2-cr10-p6"),
     Recipe("l-klq2cr10p6-hn-kl-qlr", "labelled, as l-klq2cr10-hn-kl-qlr, from c-kl-idf-q2-cr10-p6",
            LABELLED.replace("{base}", "c-kl-idf-q2-cr10-p6") + KL, "labels-hn", needs=["c-kl-idf-q2-cr10-p6"]),
+    Recipe("l-klq2cr10p6s7-hn-kl-qlr", "labelled, as l-klq2cr10-hn-kl-qlr, from c-kl-idf-q2-cr10-p6-seed7",
+           LABELLED.replace("{base}", "c-kl-idf-q2-cr10-p6-seed7") + KL, "labels-hn",
+           needs=["c-kl-idf-q2-cr10-p6-seed7"]),
 ]
 
 
