@@ -50,7 +50,10 @@ class Recipe:
     needs: list[str] = field(default_factory=list)
 
 
-CORPUS_ONLY = "adapt --model {start} --corpus {corpus} --inference-free --out {work}/{name}"
+#: Corpus-only rows: three pseudo-queries per passage (every row before six became adapt's corpus-only default;
+#: the six-query rows use CORPUS_ONLY_P6).
+CORPUS_ONLY = "adapt --model {start} --corpus {corpus} --inference-free --queries-per-passage 3 --out {work}/{name}"
+CORPUS_ONLY_P6 = CORPUS_ONLY.replace("--queries-per-passage 3", "--queries-per-passage 6")
 LABELLED = ("adapt --model {work}/{base} --corpus {corpus} --labels {data} --queries-per-passage 0 --inference-free "
             "--negatives 2 --negative-min-rank 5 --negative-depth 50 --teacher-margin 0.05 --out {work}/{name}")
 #: The pseudo-query styles of the rows measured before question forms became the default.
@@ -102,8 +105,8 @@ GROUPS = {
     "corpus-q2-cr10": _prepared(CORPUS_ONLY, "corpus-q2-cr10", " --strategies question,span,question "
                                 "--consistency-rank 10"),
     # six pseudo-queries per passage instead of three (the same styles, cycled)
-    "corpus-q2-cr10-p6": _prepared(CORPUS_ONLY, "corpus-q2-cr10-p6", " --strategies question,span,question "
-                                   "--consistency-rank 10 --queries-per-passage 6"),
+    "corpus-q2-cr10-p6": _prepared(CORPUS_ONLY_P6, "corpus-q2-cr10-p6", " --strategies question,span,question "
+                                   "--consistency-rank 10"),
     # judged train queries and the default pseudo-queries in one stage (both mined with the labelled settings)
     "labels-q2": _prepared(LABELLED, "labels-q2", swap=WITH_PSEUDO),
 }
@@ -198,11 +201,11 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "c-kl-idf-q2 (frozen IDF in the corpus stage)", LABELLED.replace("{base}", "c-kl-idf-q2") + KL, "labels-hn",
            needs=["c-kl-idf-q2"]),
     Recipe("c-kl-idf-q2-cr10", "corpus-only, as c-kl-idf-q2, pseudo-queries kept within the teacher's top 10 "
-           "(the new default)",
+           "(three per passage: the default until the fifth run)",
            CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
            " --strategies question,span,question --consistency-rank 10", "corpus-q2-cr10"),
     Recipe("l-klq2cr10-hn-kl-qlr", "labelled, denoised hard negatives + KL, learned IDF query weights, from "
-           "c-kl-idf-q2-cr10 (the new defaults end to end)",
+           "c-kl-idf-q2-cr10 (the defaults end to end until the fifth run)",
            LABELLED.replace("{base}", "c-kl-idf-q2-cr10") + KL, "labels-hn", needs=["c-kl-idf-q2-cr10"]),
     Recipe("l-klq2n4-hn4-kl-qlr", "labelled, as l-klq2-hn-kl-qlr with 4 denoised hard negatives per row, from "
            "c-kl-idf-q2-n4",
@@ -227,12 +230,13 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "average-models {work}/l-klq-hn-kl {work}/l-klq-hn-kl-qlr {work}/l-klq-hn-kl-qlr3 {work}/l-klq-hn4-kl "
            "{work}/l-klq-mix-q2 --out {work}/{name}",
            needs=["l-klq-hn-kl", "l-klq-hn-kl-qlr", "l-klq-hn-kl-qlr3", "l-klq-hn4-kl", "l-klq-mix-q2"]),
-    Recipe("c-kl-idf-q2-cr10-p6", "corpus-only, as c-kl-idf-q2-cr10, six pseudo-queries per passage (was three)",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
-           " --strategies question,span,question --consistency-rank 10 --queries-per-passage 6", "corpus-q2-cr10-p6"),
-    Recipe("c-kl-idf-q2-cr10-p6-seed7", "corpus-only, as c-kl-idf-q2-cr10-p6, another seed (7)",
-           CORPUS_ONLY + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
-           " --strategies question,span,question --consistency-rank 10 --queries-per-passage 6 --seed 7",
+    Recipe("c-kl-idf-q2-cr10-p6", "corpus-only, as c-kl-idf-q2-cr10, six pseudo-queries per passage (the default "
+           "since the fifth run)",
+           CORPUS_ONLY_P6 + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10", "corpus-q2-cr10-p6"),
+    Recipe("c-kl-idf-q2-cr10-p6-seed7", "corpus-only, as c-kl-idf-q2-cr10-p6, another seed (7: its pseudo-queries and its training)",
+           CORPUS_ONLY_P6 + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10 --seed 7",
            "corpus-q2-cr10-p6"),
     Recipe("l-klq2cr10p6-hn-kl-qlr", "labelled, as l-klq2cr10-hn-kl-qlr, from c-kl-idf-q2-cr10-p6",
            LABELLED.replace("{base}", "c-kl-idf-q2-cr10-p6") + KL, "labels-hn", needs=["c-kl-idf-q2-cr10-p6"]),

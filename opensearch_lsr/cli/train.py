@@ -129,8 +129,9 @@ def train_cmd(model, dataset, split, out, loss, inference_free, idf, query_lr, h
 @click.option("--labels", default=None, type=click.Path(exists=True, file_okay=False),
               help="Optional BEIR dataset whose judged train pairs are added (omit for corpus-only adaptation).")
 @click.option("--labels-split", default="train", show_default=True, help="Split of --labels to read.")
-@click.option("--queries-per-passage", type=int, default=3, show_default=True,
-              help="Pseudo-queries per passage (0 with --labels: the judged queries alone).")
+@click.option("--queries-per-passage", type=int, default=None,
+              help="Pseudo-queries per passage (0 with --labels: the judged queries alone) [default: 6 for "
+                   "--inference-free without --labels, else 3].")
 @click.option("--strategies", default="question,span,question", show_default=True,
               help="Pseudo-query styles, cycled per passage: keywords (IDF-sampled nori content morphemes), "
                    "span (inverse-cloze window), lead (first words), question (1-2 keywords in a question form), "

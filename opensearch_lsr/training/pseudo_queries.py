@@ -78,14 +78,15 @@ class PseudoQueryConfig:
     """How many queries of which style each passage gives.
 
     Attributes:
-        per_passage: queries sampled per passage (styles cycle through ``strategies`` in order).
+        per_passage: queries sampled per passage (styles cycle through ``strategies`` in order; ``None``: 3, and
+            in ``adapt`` 6 for an inference-free corpus-only run, :meth:`.adapt.AdaptConfig.validate`).
         strategies: styles to use, from ``keywords``, ``span``, ``lead``, ``question``, ``synonym``.
         min_keywords, max_keywords: keyword-query length in morphemes.
         min_span, max_span: span-query length in whitespace words.
         seed: sampling seed (same corpus + config -> same queries).
     """
 
-    per_passage: int = 3
+    per_passage: int | None = None
     # measured (relevance_vs_nori.md, corpus-only KL + IDF-aware FLOPS): keywords / span / keywords 0.867,
     # keywords / span / question 0.884, question / span / question 0.887 dev MRR@10
     strategies: tuple[str, ...] = ("question", "span", "question")
@@ -96,7 +97,9 @@ class PseudoQueryConfig:
     seed: int = 42
 
     def validate(self) -> None:
-        """Raise ``ValueError`` (one sentence) for an invalid parameter."""
+        """Raise ``ValueError`` (one sentence) for an invalid parameter (``per_passage`` unset becomes 3)."""
+        if self.per_passage is None:
+            self.per_passage = 3
         if self.per_passage < 1:
             raise ValueError(f"per_passage must be >= 1, got {self.per_passage}")
         if not self.strategies:

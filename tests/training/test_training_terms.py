@@ -11,6 +11,7 @@ import torch
 from opensearch_lsr.evaluation.datasets import HOLDOUT_FILE, holdout_query_ids
 from opensearch_lsr.training.data import hold_out, load_training_data, read_beir_pairs
 from opensearch_lsr.training.losses import IdfFlopsLoss, idf_penalty_weights
+from opensearch_lsr.training.pseudo_queries import PseudoQueryConfig
 
 from test_adapt import _corpus_file
 from bow_teacher import bow_teacher  # noqa: F401 - fixture
@@ -208,6 +209,7 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     corpus_only.validate()
     assert (corpus_only.loss, corpus_only.teacher_temperature, corpus_only.idf_flops) == ("kldiv", 0.0015, True)
     assert corpus_only.consistency_rank == 10  # more of the short question queries kept
+    assert corpus_only.queries.per_passage == 6  # six pseudo-queries per passage: sparser documents
     root = beir_writer(tmp_path / "b")
     labelled = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root))
     labelled.validate()
@@ -215,7 +217,7 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     recipe = ("negatives", "negative_depth", "negative_min_rank", "teacher_margin", "kl_weight", "query_lr")
     # denoised hard negatives + KL + learned IDF query weights
     assert tuple(getattr(labelled, k) for k in recipe) == (2, 50, 5, 0.05, 1.0, 0.1)
-    assert labelled.consistency_rank == 3
+    assert labelled.consistency_rank == 3 and labelled.queries.per_passage == 3
     assert tuple(getattr(corpus_only, k) for k in recipe) == (1, 30, 0, 0.02, 0.0, 0.0)
     chosen = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, labels=str(root), negatives=1,
                          kl_weight=0.0)
@@ -227,7 +229,10 @@ def test_adapt_defaults_follow_the_measured_recipe(tmp_path, beir_writer):
     bi = AdaptConfig(model="m", corpus=corpus, out="o")
     bi.validate()
     assert (bi.loss, bi.teacher_temperature, bi.idf_flops, bi.query_lr) == ("infonce", 0.01, False, 0.0)
-    assert bi.consistency_rank == 3
+    assert bi.consistency_rank == 3 and bi.queries.per_passage == 3
+    three = AdaptConfig(model="m", corpus=corpus, out="o", inference_free=True, queries=PseudoQueryConfig(per_passage=3))
+    three.validate()
+    assert three.queries.per_passage == 3  # a count the user gives stays
 
 
 def test_average_models_rewrites_the_idf_of_learned_query_weights(tmp_path, tiny_encoder_dir):
