@@ -29,7 +29,8 @@ import torch.nn.functional as F
 logger = logging.getLogger(__name__)
 
 __all__ = ["Segments", "PackedMLM", "CompiledStep", "compile_by_default", "padded_attention", "varlen_available",
-           "default_vocab_chunk", "flops_per_token", "cast_weight", "layer_norm_params", "head_transform", "PostLNBlock"]
+           "default_vocab_chunk", "flops_per_token", "cast_weight", "layer_norm_params", "head_transform",
+           "PostLNBlock"]
 
 
 @dataclass
@@ -138,7 +139,8 @@ def compile_by_default(device: torch.device, dtype: torch.dtype) -> bool:
     Measured on an H200 (``benchmarks/results/gpu_encode.md``, runs 8-10): the fused step took BERT-base's
     kernels from 21.1 to 17.2 ms per 32k-token batch and encoding from 14,125 to 16,058 docs/s (35.6 to 40.5 %
     of the card's bf16 peak), ``lsr-os index`` from 7,948 to 8,900 docs/s. fp32 keeps ATen's kernels (the
-    reference-grade path); on CPU the body is matmul-bound and compiling gained nothing (3.40 vs 3.42 s).
+    reference-grade path); on CPU the body is matmul-bound and compiling gained nothing (300 SPLADE-tiny
+    passages: 3.40-3.63 s compiled, 3.42-3.46 s eager).
     """
     return device.type == "cuda" and dtype != torch.float32
 
