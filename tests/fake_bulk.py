@@ -18,7 +18,7 @@ class FakeBulkTarget:
     Faults: ids in ``fail_ids`` get a permanent 400 ``mapper_parsing_exception``; ids in
     ``flaky_ids`` get one 429 (then succeed), ``unavailable_ids`` one item-level 503; the statuses in
     ``request_failures`` fail whole ``_bulk`` requests, one each; ``delay`` seconds per request slow
-    the job down so a test can kill it mid-run.
+    the job down so a test can kill it mid-run. ``max_in_flight``: the most ``_bulk`` requests served at once.
     """
 
     def __init__(self, fail_ids=(), flaky_ids=(), delay: float = 0.0, unavailable_ids=(),
@@ -32,6 +32,8 @@ class FakeBulkTarget:
         self.delay = delay
         self.mappings = {"text": {"type": "text"}, "sparse_embedding": {"type": "rank_features"}}
         self.requests = 0
+        self.in_flight = 0  # _bulk requests being served now, and the most at once
+        self.max_in_flight = 0
         self.lock = threading.Lock()
         target = self
 
@@ -62,6 +64,16 @@ class FakeBulkTarget:
                     return self._send(200, {"_shards": {"total": 1, "successful": 1, "failed": 0}})
                 if not path.endswith("/_bulk"):
                     return self._send(404, {"error": "not found"})
+                with target.lock:
+                    target.in_flight += 1
+                    target.max_in_flight = max(target.max_in_flight, target.in_flight)
+                try:
+                    return self._bulk(body)
+                finally:
+                    with target.lock:
+                        target.in_flight -= 1
+
+            def _bulk(self, body):
                 time.sleep(target.delay)
                 with target.lock:
                     target.requests += 1

@@ -49,6 +49,9 @@ __all__ = ["index_command"]
                    "batches pay the compilation, a few seconds; falls back to eager kernels if compiling fails) "
                    "[default: on for bf16 / fp16 on a GPU, off in fp32 and on CPU].")
 @click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
+@click.option("--bulk-concurrency", type=click.IntRange(1, 8), default=None,
+              help="Cluster backends: chunks written at once (concurrent _bulk requests, each chunk checkpointed "
+                   "in order once acknowledged) [default: 2; local and ndjson write one at a time].")
 @click.option("--device", default=None,
               help="cpu, cuda (every GPU: one encoder process each), cuda:1, or a list such as cuda:0,cuda:2 "
                    "[default: every GPU when present, else cpu].")
@@ -81,7 +84,8 @@ __all__ = ["index_command"]
 @connection_options("opensearch")
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, batching, max_batch_tokens, build_workers, compile_, device, precision, text_field, sparse_field, limit, threads,
+                  chunk_docs, bulk_concurrency, batching, max_batch_tokens, build_workers, compile_, device, precision,
+                  text_field, sparse_field, limit, threads,
                   no_progress, encoder_runtime, engine,
                   workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
     """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
@@ -131,11 +135,14 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
                                 sparse_field=sparse_field, limit=limit, threads=threads,
                                 encoder_runtime=encoder_runtime, batching=batching,
-                                max_batch_tokens=max_batch_tokens, compile=compile_, build_workers=build_workers)
+                                max_batch_tokens=max_batch_tokens, compile=compile_, build_workers=build_workers,
+                                bulk_concurrency=bulk_concurrency)
         factory = client_factory(backend, **conn) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")
         if engine == "ray":
+            if bulk_concurrency is not None:
+                fail("--bulk-concurrency applies to --engine single (with ray, the --workers actors write at once)")
             from ..encoding.ray_job import RayOptions, run_ray_index_job
 
             options = RayOptions(workers=workers, address=address, num_gpus_per_worker=num_gpus_per_worker,

@@ -39,11 +39,18 @@ from .onnx_backend import EncoderRuntime
 from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, Checkpoint, ReportFile, SeenIds
 from .readers import BadRecord, CorpusRecord, count_records, read_corpus
 
-__all__ = ["Backend", "IndexJobConfig", "IndexJobError", "IndexJob", "run_index_job", "default_work_dir"]
+__all__ = ["Backend", "IndexJobConfig", "IndexJobError", "IndexJob", "run_index_job", "default_work_dir",
+           "DEFAULT_BULK_CONCURRENCY", "MAX_BULK_CONCURRENCY"]
 
 logger = logging.getLogger(__name__)
 
 Backend = Literal["local", "opensearch", "ndjson", "elasticsearch"]
+
+
+#: ``_bulk`` requests in flight to a cluster by default (chunks written at once; measured in
+#: benchmarks/results/bulk_concurrency.md), and the most the client's connection pool (10) allows.
+DEFAULT_BULK_CONCURRENCY = 2
+MAX_BULK_CONCURRENCY = 8
 
 
 class IndexJobError(LsrError, RuntimeError):
@@ -90,6 +97,8 @@ class IndexJobConfig(ArtifactConfig):
     compile: bool | None = None
     # processes that build and serialise NDJSON documents (None: up to 8 beside a GPU, none on CPU)
     build_workers: int | None = None
+    # chunks written to a cluster at once (concurrent _bulk requests; None: DEFAULT_BULK_CONCURRENCY there)
+    bulk_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if self.encoder_runtime not in get_args(EncoderRuntime):
@@ -103,6 +112,13 @@ class IndexJobConfig(ArtifactConfig):
         if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1 or self.window_docs < 1:
             raise ValueError("chunk_docs, queue_size, batch_size and window_docs must be >= 1")
         parse_prune(self.prune)  # validates
+        if self.bulk_concurrency is not None:
+            if not 1 <= self.bulk_concurrency <= MAX_BULK_CONCURRENCY:
+                raise ValueError(f"bulk_concurrency must be 1-{MAX_BULK_CONCURRENCY} (the client's connection "
+                                 f"pool), got {self.bulk_concurrency}")
+            if self.bulk_concurrency > 1 and self.backend in ("local", "ndjson"):
+                raise ValueError(f"bulk_concurrency applies to cluster backends (opensearch, elasticsearch); the "
+                                 f"{self.backend} backend writes one chunk at a time")
 
 
 def default_work_dir(config: IndexJobConfig) -> Path:
@@ -170,6 +186,7 @@ class IndexJob:
         self.timing = {"encode": 0.0, "build": 0.0, "write": 0.0}
         self.failure: list[BaseException] = []
         self.doc_pool = None
+        self.write_concurrency = 1
         self.setup_s = 0.0
         self.lock = threading.Lock()
         self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
@@ -236,35 +253,72 @@ class IndexJob:
 
     # ------------------------------------------------------------------ writer thread
     def _writer_loop(self) -> None:
-        """Write queued chunks; dead-letter refused documents; checkpoint after each acknowledged chunk."""
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
-            if self.failure:
-                continue  # drain after a failure so the producer never blocks
-            actions, sources, progress = item
-            try:
-                t0 = time.perf_counter()
-                if hasattr(actions, "result"):  # lines from the document workers
-                    actions = [{"_id": did, "_ndjson": lines} for did, lines in actions.result()]
-                outcomes = self.writer.write(actions) if actions else []
-                self.timing["write"] += time.perf_counter() - t0
-                for out in outcomes:
-                    if out.ok:
-                        self.writer_counters["indexed"] += 1
-                    else:
-                        self.writer_counters["dead_lettered"] += 1
-                        reason = out.error.get("reason") if isinstance(out.error, dict) else str(out.error)
-                        self.dead.add({"_id": out.doc_id, "source": sources.get(out.doc_id), "status": out.status,
-                                       "reason": reason, "error": out.error})
-                with self.lock:
-                    merged = Counter(progress.counters)
-                    merged.update(self.writer_counters)
-                    progress = replace(progress, counters=merged)
-                self._save_checkpoint(progress)
-            except BaseException as err:  # noqa: BLE001 - handed to the main thread
-                self.failure.append(err)
+        """Write queued chunks; dead-letter refused documents; checkpoint after each acknowledged chunk.
+
+        With ``bulk_concurrency`` N > 1 (cluster writers only) up to N chunks are being written at once, each
+        its own ``_bulk`` requests in a thread of a pool; they are finished (dead letters, checkpoint) in
+        chunk order, so a checkpoint never covers a chunk the cluster has not acknowledged.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        width = self.write_concurrency
+        pool = ThreadPoolExecutor(width, thread_name_prefix="lsr-os-bulk") if width > 1 else None
+        in_flight: deque = deque()  # (future of outcomes, sources, progress), oldest first
+        try:
+            while True:
+                item = self.queue.get()
+                if item is None:
+                    break
+                if self.failure:
+                    continue  # drain after a failure so the producer never blocks
+                actions, sources, progress = item
+                try:
+                    t0 = time.perf_counter()
+                    if hasattr(actions, "result"):  # lines from the document workers
+                        actions = [{"_id": did, "_ndjson": lines} for did, lines in actions.result()]
+                    if pool is None:
+                        outcomes = self.writer.write(actions) if actions else []
+                        self.timing["write"] += time.perf_counter() - t0
+                        self._acknowledged(outcomes, sources, progress)
+                        continue
+                    in_flight.append((pool.submit(self.writer.write, actions) if actions else None, sources,
+                                      progress))
+                    self.timing["write"] += time.perf_counter() - t0
+                    while len(in_flight) >= width:
+                        self._finish_write(*in_flight.popleft())
+                except BaseException as err:  # noqa: BLE001 - handed to the main thread
+                    self.failure.append(err)
+            while in_flight and not self.failure:
+                try:
+                    self._finish_write(*in_flight.popleft())
+                except BaseException as err:  # noqa: BLE001
+                    self.failure.append(err)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # requests still running finish (idempotent ids); none is checkpointed
+
+    def _finish_write(self, future, sources: dict, progress: _Progress) -> None:
+        """Wait for the oldest chunk being written, then record it (in chunk order)."""
+        t0 = time.perf_counter()
+        outcomes = future.result() if future is not None else []
+        self.timing["write"] += time.perf_counter() - t0
+        self._acknowledged(outcomes, sources, progress)
+
+    def _acknowledged(self, outcomes, sources: dict, progress: _Progress) -> None:
+        """Count a written chunk's outcomes, dead-letter the refused documents, checkpoint."""
+        for out in outcomes:
+            if out.ok:
+                self.writer_counters["indexed"] += 1
+            else:
+                self.writer_counters["dead_lettered"] += 1
+                reason = out.error.get("reason") if isinstance(out.error, dict) else str(out.error)
+                self.dead.add({"_id": out.doc_id, "source": sources.get(out.doc_id), "status": out.status,
+                               "reason": reason, "error": out.error})
+        with self.lock:
+            merged = Counter(progress.counters)
+            merged.update(self.writer_counters)
+            progress = replace(progress, counters=merged)
+        self._save_checkpoint(progress)
 
     # ------------------------------------------------------------------ chunks
     # Chunks are encoded in order; with a device pool (several GPUs) up to ``inflight`` chunks are
@@ -458,6 +512,7 @@ class IndexJob:
                                        prune, config.text_field, config.sparse_field)
         if self.writer is None:
             self.writer = make_writer(config, self.client_factory)
+        self.write_concurrency = _write_concurrency(config, self.writer)
         self.doc_pool = None
         workers = config.build_workers if config.build_workers is not None else default_build_workers(
             str(encoder.device))
@@ -541,7 +596,7 @@ class IndexJob:
                          "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None,
                          "encode_s": round(self.timing["encode"], 3), "build_s": round(self.timing["build"], 3),
                          "write_s": round(self.timing["write"], 3),
-                         "setup_s": round(self.setup_s, 3)},
+                         "setup_s": round(self.setup_s, 3), "bulk_concurrency": self.write_concurrency},
             "encoder": {"model": str(config.model), "runtime": config.encoder_runtime,
                         "device": str(encoder.device), "precision": encoder.precision,
                         "body_precision": getattr(encoder, "body_precision", encoder.precision),
@@ -558,6 +613,17 @@ def run_index_job(config: IndexJobConfig, *, resume: bool = False, restart: bool
     """Run (or resume) an index job: :class:`IndexJob` ``(config, ...).run(resume=, restart=)``."""
     return IndexJob(config, writer=writer, client_factory=client_factory, encoder=encoder,
                     progress=progress).run(resume=resume, restart=restart)
+
+
+def _write_concurrency(config: IndexJobConfig, writer) -> int:
+    """Chunks written at once: ``config.bulk_concurrency`` (default ``DEFAULT_BULK_CONCURRENCY``) where the writer
+    takes concurrent writes (a cluster's), else 1."""
+    if not getattr(writer, "concurrent_writes", False):
+        if (config.bulk_concurrency or 1) > 1:
+            raise IndexJobError(f"--bulk-concurrency {config.bulk_concurrency}: {type(writer).__name__} writes one "
+                                "chunk at a time")
+        return 1
+    return config.bulk_concurrency or DEFAULT_BULK_CONCURRENCY
 
 
 def _peak_rss_mb() -> float:

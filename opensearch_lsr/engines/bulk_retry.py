@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -122,6 +123,8 @@ class BulkRetry:
     sleep: Callable[[float], None] = time.sleep
     retried_items: int = field(default=0, init=False)
     retried_requests: int = field(default=0, init=False)
+    # run() keeps its state local; only the counters are shared when several chunks are written at once
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def backoff(self, attempt: int) -> float:
         """Wait before round ``attempt + 1`` (``attempt`` 0-based)."""
@@ -154,11 +157,13 @@ class BulkRetry:
 
         def before_sleep(retry_state) -> None:
             again = retry_state.outcome.exception()
+            with self._lock:
+                if again.request is not None:
+                    self.retried_requests += 1
+                else:
+                    self.retried_items += len(again.pending)
             if again.request is not None:
-                self.retried_requests += 1
                 logger.warning("bulk request to %s failed (%s); retrying with backoff", self.index, again.request.message)
-            else:
-                self.retried_items += len(again.pending)
 
         retrying = Retrying(retry=retry_if_exception_type(_Again),
                             stop=stop_after_attempt(self.max_retries + 1) | stop_after_delay(self.max_elapsed_s),
@@ -292,7 +297,11 @@ class RetryingBulkWriter(ABC):
 
 class ClusterDocumentWriter:
     """The index job's ``DocumentWriter`` over a cluster's bulk writer (ids are deterministic and
-    re-indexing overwrites, so a checkpoint needs no writer state)."""
+    re-indexing overwrites, so a checkpoint needs no writer state). ``write`` may be called from several
+    threads at once (``concurrent_writes``): each call is its own ``_bulk`` requests and retry rounds, and
+    the client's connection pool is thread-safe."""
+
+    concurrent_writes = True
 
     def __init__(self, bulk_writer: RetryingBulkWriter) -> None:
         self.bulk = bulk_writer

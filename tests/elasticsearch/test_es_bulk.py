@@ -21,8 +21,9 @@ def _corpus(tmp_path):
 
 
 def _config(tmp_path, corpus):
+    # one request at a time: the fault below is injected between two chunks' writes
     return IndexJobConfig(corpus=str(corpus), model="splade-tiny", backend="opensearch", index="docs",
-                          work_dir=str(tmp_path / "job"), batch_size=4, chunk_docs=4)
+                          work_dir=str(tmp_path / "job"), batch_size=4, chunk_docs=4, bulk_concurrency=1)
 
 
 def test_engine_protocol_round_trip(es_double, es_client):

@@ -20,7 +20,7 @@ def test_cluster_down_stops_the_job_resumably(tmp_path, fake_bulk, tiny_source_d
     target = fake_bulk()
     client = make_client(target.url, max_retries=0)
     cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="opensearch", index="idx",
-                         work_dir=str(tmp_path / "w"), chunk_docs=4)
+                         work_dir=str(tmp_path / "w"), chunk_docs=4, bulk_concurrency=1)  # one request at a time
     enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batch_size=4)
 
     class GoesDown(OpenSearchWriter):

@@ -159,3 +159,23 @@ def test_bulk_bypasses_the_default_pipeline_and_checks_the_target(real_client, t
     found = cli_out("search", "stock markets and interest rates", "--index", split, "--backend", "opensearch",
                  "--mode", "tokens", "--model", "splade-tiny")
     assert _top(found) == "d3"
+
+
+def test_concurrent_bulk_requests_load_every_document_once(real_client, tmp_path, names, cli_out):
+    """``--bulk-concurrency 4`` with one-document chunks: four ``_bulk`` requests at a time, each chunk
+    checkpointed once acknowledged; the index holds every document, each written once (version 1)."""
+    corpus = tmp_path / "many.jsonl"
+    ids = [f"m{i}" for i in range(40)]
+    corpus.write_text("".join(json.dumps({"_id": d, "text": f"{DOCS['d1']} {d}"}) + "\n" for d in ids))
+    index = names("concurrent")
+    cli_out("create-index", index)
+    out = json.loads(cli_out("index", "--corpus", corpus, "--model", "splade-tiny", "--backend", "opensearch",
+                             "--index", index, "--chunk-docs", "1", "--bulk-concurrency", "4",
+                             "--work-dir", tmp_path / "job", "--no-progress"))
+    assert out["indexed"] == 40 and out["dead_lettered"] == 0 and out["this_run"]["bulk_concurrency"] == 4
+    real_client.indices.refresh(index=index)
+    assert real_client.count(index=index)["count"] == 40
+    hits = real_client.search(index=index, body={"size": 40, "version": True, "_source": False})["hits"]["hits"]
+    assert sorted(h["_id"] for h in hits) == sorted(ids) and {h["_version"] for h in hits} == {1}
+    checkpoint = json.loads((tmp_path / "job" / "checkpoint.json").read_text())
+    assert checkpoint["done"] and checkpoint["position"] == 40
