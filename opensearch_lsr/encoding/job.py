@@ -368,7 +368,8 @@ class IndexJob:
         skipped_size = self.skipped.sync()
         texts = [r.text for r in records]
         tokens, over = None, None  # over: texts past the token cap (None: known once the pipeline tokenized them)
-        if getattr(encoder, "runner", None) is None or self.config.long_text == "split":
+        counted_later = getattr(encoder, "runner", None) is not None or getattr(encoder, "counts_tokens", False)
+        if not counted_later or self.config.long_text == "split":
             if getattr(encoder, "runner", None) is not None and records:
                 tokens = encoder.once_tokenizer(texts)
                 over = (tokens.full_lengths > encoder.max_length).tolist()
@@ -393,7 +394,7 @@ class IndexJob:
         if records:
             t0 = time.perf_counter()
             vectors = job.result() if hasattr(job, "result") else job
-            if over is None:  # the pipeline tokenized the chunk: its future carries the ids
+            if over is None:  # the pipeline (or a pool worker) tokenized the chunk: its future carries the counts
                 over = (job.tokens.full_lengths > self.encoder.max_length).tolist()
             if getattr(self.encoder, "submit", None) is not None:
                 self.timing["encode"] += time.perf_counter() - t0  # time spent waiting for the pool

@@ -4,8 +4,10 @@
 each), each holding its own :class:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder` on its
 device. ``submit(texts)`` returns a ``concurrent.futures.Future`` of the sparse vectors; whichever
 worker is free takes the next chunk. The index job keeps a few chunks in flight and consumes the
-futures in submission order, so its checkpoints stay sequential. Tokenizer-side work (token counts,
-the 512-token policy, WORD keys) stays in the parent process, which never loads the model weights.
+futures in submission order, so its checkpoints stay sequential. Each worker tokenizes its chunk once
+and sends its token counts back with the vectors (the 512-token policy's report), so the parent, which
+never loads the model weights, only tokenizes to split long texts (``--long-text split``) and decodes
+the WORD keys.
 
 ``concurrent.futures.ProcessPoolExecutor`` does the process management; what it lacks is pinning
 each worker to one device, done here by handing each worker one device name from a queue in its
@@ -17,11 +19,14 @@ import multiprocessing as mp
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
 
 from ..contract import MAX_LENGTH, decode_keys
 from .encoder import EncoderStats, SparseVector, count_tokens
 
-__all__ = ["resolve_devices", "DevicePool"]
+__all__ = ["resolve_devices", "DevicePool", "ChunkTokens"]
 
 _WORKER = None  # the worker process's encoder
 
@@ -56,11 +61,24 @@ def _init_worker(devices, model: str, kwargs: dict) -> None:
     _WORKER = SparseDocumentEncoder(model, device=devices.get(), **kwargs)
 
 
-def _encode(texts: list[str]) -> tuple[list[SparseVector], int]:
-    """Runs in a worker: the vectors and how many non-finite weights were dropped."""
+@dataclass(frozen=True)
+class ChunkTokens:
+    """What a worker reports of a chunk's tokenization: untruncated token counts with special tokens (the
+    512-token policy), so the parent never tokenizes the texts a second time."""
+
+    full_lengths: np.ndarray
+
+
+def _encode(texts: list[str]) -> tuple[list[SparseVector], int, np.ndarray]:
+    """Runs in a worker: the vectors, how many non-finite weights were dropped, and the untruncated token
+    counts (packed batching: from the one tokenization it encodes; padded: counted here)."""
     before = _WORKER.stats.nonfinite_dropped
-    vectors = _WORKER.encode(texts)
-    return vectors, _WORKER.stats.nonfinite_dropped - before
+    if _WORKER.runner is not None:
+        tokens = _WORKER.once_tokenizer(texts)
+        vectors, full = (_WORKER.encode_tokenized(tokens) if len(texts) else []), tokens.full_lengths
+    else:
+        vectors, full = _WORKER.encode(texts), np.asarray(count_tokens(_WORKER.tokenizer, texts), np.int64)
+    return vectors, _WORKER.stats.nonfinite_dropped - before, np.asarray(full)
 
 
 class DevicePool:
@@ -115,17 +133,22 @@ class DevicePool:
         """Untruncated token counts with special tokens (the 512-token policy)."""
         return count_tokens(self.tokenizer, texts)
 
+    #: the workers count the tokens of what they encode (``future.tokens``): the job need not count them first
+    counts_tokens = True
+
     def submit(self, texts: Sequence[str]) -> Future:
-        """Encode ``texts`` on the next free device; the future's result is ``list[SparseVector]``."""
+        """Encode ``texts`` on the next free device; the future's result is ``list[SparseVector]`` and, once it
+        is done, ``future.tokens`` (:class:`ChunkTokens`) holds the worker's token counts."""
         outer: Future = Future()
         inner = self._executor.submit(_encode, list(texts))
 
         def done(f: Future) -> None:
             try:
-                vectors, dropped = f.result()
+                vectors, dropped, full = f.result()
             except BaseException as err:  # noqa: BLE001 - handed to whoever waits on the future
                 outer.set_exception(err)
                 return
+            outer.tokens = ChunkTokens(full)  # type: ignore[attr-defined]
             self.stats.texts += len(vectors)
             self.stats.nonfinite_dropped += dropped
             outer.set_result(vectors)

@@ -28,17 +28,20 @@ def test_resolve_devices_lists_and_cpu_fallback(monkeypatch):
 
 
 @pytest.mark.slow  # spawns two worker processes (torch import + model load each)
-def test_two_worker_pool_matches_single_encoder_and_job(tmp_path, tiny_source_dir):
+def test_two_worker_pool_matches_single_encoder_and_job(tmp_path, tiny_source_dir, monkeypatch):
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
     from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
 
     texts = [f"house cat dog {i} " * (1 + i % 7) for i in range(40)]
+    texts[5] = texts[17] = "river bank " * 400  # over the 512-token cap: truncated, and counted so
     single = SparseDocumentEncoder(tiny_source_dir, device="cpu", batch_size=8)
     want = single.encode(texts)
     with DevicePool(tiny_source_dir, ["cpu", "cpu"], batch_size=8, num_threads=1) as pool:
         futures = [pool.submit(texts[i:i + 10]) for i in range(0, 40, 10)]  # in flight together
         got = [v for f in futures for v in f.result()]
         assert pool.keys == single.keys and pool.count_tokens(texts[:3]) == single.count_tokens(texts[:3])
+        # each worker counts what it tokenized: the job reads the counts from the future
+        assert [int(n) for f in futures for n in f.tokens.full_lengths] == single.count_tokens(texts)
     for a, b in zip(want, got):
         assert np.array_equal(a.ids, b.ids) and np.allclose(a.weights, b.weights, atol=1e-6)
 
@@ -46,11 +49,16 @@ def test_two_worker_pool_matches_single_encoder_and_job(tmp_path, tiny_source_di
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts))
                       + "{bad\n", encoding="utf-8")
     docs = {}
+
+    def no_parent_count(self, texts):
+        raise AssertionError("the parent tokenized a chunk the workers tokenize")
+
+    monkeypatch.setattr(DevicePool, "count_tokens", no_parent_count)
     for name, device in (("one", "cpu"), ("two", "cpu,cpu")):
         cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson",
                              index=str(tmp_path / name), chunk_docs=6, batch_size=8, device=device, threads=1)
         summary = run_index_job(cfg, progress=False)
-        assert summary["indexed"] == 40 and summary["skipped"] == {"malformed": 1}
+        assert summary["indexed"] == 40 and summary["skipped"] == {"malformed": 1} and summary["truncated"] == 2
         lines = (tmp_path / name / "bulk-00000.ndjson").read_text().splitlines()
         docs[name] = [json.loads(l) for l in lines]
     assert [d.get("index", {}).get("_id") for d in docs["one"]] == [d.get("index", {}).get("_id") for d in docs["two"]]
