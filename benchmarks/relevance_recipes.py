@@ -243,6 +243,21 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
     Recipe("l-klq2cr10p6s7-hn-kl-qlr", "labelled, as l-klq2cr10-hn-kl-qlr, from c-kl-idf-q2-cr10-p6-seed7",
            LABELLED.replace("{base}", "c-kl-idf-q2-cr10-p6-seed7") + KL, "labels-hn",
            needs=["c-kl-idf-q2-cr10-p6-seed7"]),
+    Recipe("c-kl-idf-q2-cr10-p6-seed13", "corpus-only, as c-kl-idf-q2-cr10-p6, a third seed (13)",
+           CORPUS_ONLY_P6 + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10 --seed 13",
+           "corpus-q2-cr10-p6"),
+    Recipe("l-klq2cr10p6s13-hn-kl-qlr", "labelled, as l-klq2cr10-hn-kl-qlr, from c-kl-idf-q2-cr10-p6-seed13",
+           LABELLED.replace("{base}", "c-kl-idf-q2-cr10-p6-seed13") + KL, "labels-hn",
+           needs=["c-kl-idf-q2-cr10-p6-seed13"]),
+    Recipe("sum-l-p6-seeds", "summed document vectors of the two labelled six-query models (seeds 42 and 7; "
+           "the first one's query weights)",
+           "sum {work}/l-klq2cr10p6-hn-kl-qlr {work}/l-klq2cr10p6s7-hn-kl-qlr",
+           needs=["l-klq2cr10p6-hn-kl-qlr", "l-klq2cr10p6s7-hn-kl-qlr"]),
+    Recipe("sum-l-p6-3seeds", "summed document vectors of the three labelled six-query models (seeds 42, 7 and 13; "
+           "the first one's query weights)",
+           "sum {work}/l-klq2cr10p6-hn-kl-qlr {work}/l-klq2cr10p6s7-hn-kl-qlr {work}/l-klq2cr10p6s13-hn-kl-qlr",
+           needs=["l-klq2cr10p6-hn-kl-qlr", "l-klq2cr10p6s7-hn-kl-qlr", "l-klq2cr10p6s13-hn-kl-qlr"]),
 ]
 
 
