@@ -73,9 +73,11 @@ def _encode(texts: list[str]) -> tuple[list[SparseVector], int, np.ndarray]:
     """Runs in a worker: the vectors, how many non-finite weights were dropped, and the untruncated token
     counts (packed batching: from the one tokenization it encodes; padded: counted here)."""
     before = _WORKER.stats.nonfinite_dropped
-    if _WORKER.runner is not None:
-        tokens = _WORKER.once_tokenizer(texts)
-        vectors, full = (_WORKER.encode_tokenized(tokens) if len(texts) else []), tokens.full_lengths
+    if not texts:
+        return [], 0, np.zeros(0, np.int64)
+    if _WORKER.runner is not None:  # the encoder's own tokenizer (its process on CUDA, a thread on CPU)
+        tokens = _WORKER.tokenize_async(texts).result()
+        vectors, full = _WORKER.encode_tokenized(tokens), tokens.full_lengths
     else:
         vectors, full = _WORKER.encode(texts), np.asarray(count_tokens(_WORKER.tokenizer, texts), np.int64)
     return vectors, _WORKER.stats.nonfinite_dropped - before, np.asarray(full)
