@@ -180,6 +180,8 @@ def create_index_cmd(name: str, kind: str, pipeline: str | None, text_analyzer: 
 @click.option("--max-window-size", type=int, default=10000, show_default=True, help="two-phase: >= 50.")
 @click.option("--technique", type=click.Choice(["auto", "normalization", "rrf"]), default="auto", show_default=True,
               help="hybrid: RRF (2.19+) or min-max + weighted mean; auto = RRF when available.")
+@click.option("--normalization", type=click.Choice(["min_max", "z_score", "l2"]), default="min_max",
+              show_default=True, help="hybrid normalization: the score technique (z_score needs OpenSearch 3.0+).")
 @click.option("--weights", default="0.3,0.7", show_default=True, help="hybrid normalization: BM25,neural_sparse.")
 @click.option("--rank-constant", type=int, default=60, show_default=True, help="hybrid RRF constant.")
 @click.option("--from-tuning", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -188,8 +190,9 @@ def create_index_cmd(name: str, kind: str, pipeline: str | None, text_analyzer: 
 @click.option("--index", "attach_to", default=None, help="search pipelines: attach as the index's default.")
 def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: str, vector_field: str,
                         prune: str | None, batch_size: int | None, skip_existing: bool, prune_ratio: float,
-                        expansion_rate: float, max_window_size: int, technique: str, weights: str,
-                        rank_constant: int, from_tuning: str | None, attach_to: str | None, **conn) -> None:
+                        expansion_rate: float, max_window_size: int, technique: str, normalization: str,
+                        weights: str, rank_constant: int, from_tuning: str | None, attach_to: str | None,
+                        **conn) -> None:
     """Create pipeline NAME from pipelines/*.json: ingest (sparse_encoding), two-phase or hybrid search."""
     from ..opensearch import indices as ix
 
@@ -198,7 +201,7 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
         if kind != "hybrid":
             fail("--from-tuning sets a hybrid pipeline: use `create-pipeline hybrid`")
         with user_errors():
-            technique, weights, rank_constant, depth = _tuned_setting(from_tuning)
+            technique, normalization, weights, rank_constant, depth = _tuned_setting(from_tuning)
     with user_errors():
         if kind == "ingest":
             if not model_id:
@@ -222,7 +225,7 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
                                                   max_window_size=max_window_size)
             else:
                 body = ix.hybrid_pipeline_body(features, technique=technique, weights=parsed,  # type: ignore[arg-type]
-                                               rank_constant=rank_constant)
+                                               rank_constant=rank_constant, normalization=normalization)
             ix.put_search_pipeline(client, name, body)
             if attach_to:
                 ix.attach_search_pipeline(client, attach_to, name)
@@ -231,8 +234,9 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
                **({"pagination_depth": depth} if depth else {})})
 
 
-def _tuned_setting(path: str) -> tuple[str, str, int, int]:
-    """``(technique, "bm25,sparse" weights, rank constant, pagination depth)`` of a hybrid_tuning.json."""
+def _tuned_setting(path: str) -> tuple[str, str, str, int, int]:
+    """``(technique, normalization, "bm25,sparse" weights, rank constant, pagination depth)`` of a
+    hybrid_tuning.json."""
     from ..config import read_json
 
     try:
@@ -240,9 +244,9 @@ def _tuned_setting(path: str) -> tuple[str, str, int, int]:
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{path} is not a `lsr-os tune-hybrid` hybrid_tuning.json ({err})") from err
     if setting["technique"] == "rrf":
-        return "rrf", "0.5,0.5", int(setting["rank_constant"]), int(setting["depth"])
+        return "rrf", "min_max", "0.5,0.5", int(setting["rank_constant"]), int(setting["depth"])
     w = float(setting["bm25_weight"])
-    return "normalization", f"{w:g},{round(1.0 - w, 10):g}", 60, int(setting["depth"])
+    return "normalization", setting["technique"], f"{w:g},{round(1.0 - w, 10):g}", 60, int(setting["depth"])
 
 
 @cli.command("airgap-kit")

@@ -45,9 +45,11 @@ def psq_options(command: Callable[..., Any]) -> Callable[..., Any]:
               help="model: query_text + model_id; tokens: client-side query_tokens; analyzer: query_text + analyzer; "
                    "hybrid: BM25 `match` on the text field + neural_sparse (query_tokens with --model, else "
                    "--model-id) fused by a search pipeline.")
-@click.option("--technique", type=click.Choice(["min_max", "rrf"]), default="min_max", show_default=True,
-              help="--mode hybrid: min-max + weighted arithmetic mean, or RRF.")
-@click.option("--weights", default="0.3,0.7", show_default=True, help="--mode hybrid min_max: BM25,sparse weights.")
+@click.option("--technique", type=click.Choice(["min_max", "z_score", "l2", "rrf"]), default="min_max",
+              show_default=True,
+              help="--mode hybrid: min-max, z-score or L2 normalisation + weighted arithmetic mean, or RRF.")
+@click.option("--weights", default="0.3,0.7", show_default=True,
+              help="--mode hybrid min_max / z_score / l2: BM25,sparse weights.")
 @click.option("--rank-constant", type=int, default=60, show_default=True, help="--mode hybrid rrf: the rank constant.")
 @click.option("--search-pipeline", default=None,
               help="--mode hybrid on OpenSearch: an existing search pipeline (lsr-os create-pipeline hybrid); "
@@ -151,7 +153,7 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
                 sparse = neural_sparse_query(field, query_text=query_text, model_id=model_id, version=version)
             else:
                 fail("--mode hybrid needs --model (query_tokens computed here) or --model-id (a deployed model)")
-            fusion = HybridFusion(technique, tuple(_weights(weights)) if technique == "min_max" else None,  # type: ignore[arg-type]
+            fusion = HybridFusion(technique, tuple(_weights(weights)) if technique != "rrf" else None,  # type: ignore[arg-type]
                                   rank_constant)
             pipeline = search_pipeline or engine.put_search_pipeline("lsr-os-hybrid", fusion.pipeline())
             subs = [match_query(text_field, query_text), sparse]
@@ -225,10 +227,12 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
               help="Output dir: report.json, report.md, run.trec, effectiveness_vs_flops.png.")
 @click.option("--baseline", type=click.Choice(["none", "bm25-nori"]), default="none", show_default=True,
               help="bm25-nori: also run `match` on the text field (nori analyzer, Lucene BM25) and report it first.")
-@click.option("--hybrid", type=click.Choice(["none", "min_max", "rrf"]), default="none", show_default=True,
-              help="Also run hybrid [match, neural_sparse] bodies under a search pipeline: min-max + weighted "
-                   "arithmetic mean, or RRF.")
-@click.option("--weights", default="0.3,0.7", show_default=True, help="--hybrid min_max: BM25,sparse weights (sum 1).")
+@click.option("--hybrid", type=click.Choice(["none", "min_max", "z_score", "l2", "rrf"]), default="none",
+              show_default=True,
+              help="Also run hybrid [match, neural_sparse] bodies under a search pipeline: min-max, z-score or L2 "
+                   "normalisation + weighted arithmetic mean, or RRF.")
+@click.option("--weights", default="0.3,0.7", show_default=True,
+              help="--hybrid min_max / z_score / l2: BM25,sparse weights (sum 1).")
 @click.option("--rank-constant", type=int, default=60, show_default=True, help="--hybrid rrf: the rank constant.")
 @click.option("--pagination-depth", type=int, default=None,
               help="--hybrid: hits each sub-query contributes (default: the evaluation depth, 100).")
@@ -317,7 +321,11 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
 @click.option("--queries", "n_queries", type=int, default=500, show_default=True,
               help="How many queries to draw when the model names none.")
 @click.option("--seed", type=int, default=42, show_default=True)
-@click.option("--weight-step", type=float, default=0.05, show_default=True, help="Min-max BM25 weight grid step.")
+@click.option("--weight-step", type=float, default=0.05, show_default=True,
+              help="BM25 weight grid step of the score techniques.")
+@click.option("--techniques", default="min_max,rrf", show_default=True,
+              help="Fusions to try: min_max, z_score, l2 (normalization-processor; z_score needs OpenSearch 3.0+), "
+                   "rrf (score-ranker-processor).")
 @click.option("--rank-constants", default="1-100", show_default=True, help="RRF rank constants: A-B or a,b,c.")
 @click.option("--depths", default="10,50,100", show_default=True,
               help="Hits per sub-query (the hybrid query's pagination_depth) to try.")
@@ -330,7 +338,8 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
               help="Output dir: hybrid_tuning.json / .md, search_pipeline.json (the best setting's body).")
 @connection_options("opensearch")
 def tune_hybrid_cmd(dataset: str, split: str, model: str, query_mode: str, query_ids_file: str | None,
-                    n_queries: int, seed: int, weight_step: float, rank_constants: str, depths: str, metric: str,
+                    n_queries: int, seed: int, weight_step: float, techniques: str, rank_constants: str, depths: str,
+                    metric: str,
                     backend: str, index_ref: str | None, idf: str | None, out_dir: str, **conn) -> None:
     """Choose hybrid BM25 + neural_sparse settings on queries the model did not train on.
 
@@ -349,7 +358,8 @@ def tune_hybrid_cmd(dataset: str, split: str, model: str, query_mode: str, query
         else:
             constants = [int(x) for x in rank_constants.split(",") if x.strip()]
         grid = HybridGrid(weight_step=weight_step, rank_constants=constants,
-                          depths=[int(x) for x in depths.split(",") if x.strip()], metric=metric)
+                          depths=[int(x) for x in depths.split(",") if x.strip()], metric=metric,
+                          techniques=[t.strip() for t in techniques.split(",") if t.strip()])
         ids, source = tuning_query_ids(model, dataset, split, n_queries, seed, query_ids_file)
         config = EvalConfig(dataset=dataset, split=split, model=model, query_mode=query_mode, backend=backend,
                             index=index_ref, idf=idf, query_ids=ids)

@@ -25,7 +25,7 @@ __all__ = ["Baseline", "HybridTechnique", "LexicalRow", "PipelineSearch", "local
 logger = logging.getLogger(__name__)
 
 Baseline = Literal["none", "bm25-nori"]
-HybridTechnique = Literal["none", "min_max", "rrf"]
+HybridTechnique = Literal["none", "min_max", "z_score", "l2", "rrf"]
 BASELINE_NAME = "BM25 (nori analyzer)"
 #: A sub-query that matches nothing (stands in for an empty ``neural_sparse`` query in a hybrid body).
 NO_MATCH: dict[str, Any] = {"bool": {"must_not": [{"match_all": {}}]}}

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ArtifactConfig
-from ..lexical.fusion import MIN_SCORE, SINGLE_RESULT_SCORE, HybridFusion, _rrf_score
+from ..lexical.fusion import SCORE_TECHNIQUES, HybridFusion, _rrf_score, normalise_scores
 from .metrics import evaluate_run
 
 __all__ = ["HybridGrid", "HybridSetting", "TuningResult", "fuse_grid", "tune_on_runs", "tune_hybrid", "render_tuning",
@@ -40,10 +40,13 @@ class HybridGrid(ArtifactConfig):
     """The settings ``lsr-os tune-hybrid`` tries (saved as ``tune_hybrid_config.json``).
 
     Attributes:
-        weight_step: min-max BM25 weights 0, step, 2 step, ..., 1 (the sparse side gets 1 - w).
+        weight_step: BM25 weights 0, step, 2 step, ..., 1 of the score techniques (the sparse side gets 1 - w).
         rank_constants: RRF rank constants tried (neural-search allows 1-10000; its default is 60).
         depths: hits per sub-query (the hybrid query's ``pagination_depth``).
         metric: the metric the best setting maximises (``mrr@10`` or ``ndcg@10``).
+        techniques: what is tried: ``min_max``, ``z_score``, ``l2`` (normalization-processor, weighted
+            arithmetic mean) and ``rrf`` (score-ranker-processor). The default leaves z-score and L2 out: on
+            MS MARCO-ko z-score won on the 500 held-out queries and lost on dev (relevance_vs_nori.md).
     """
 
     FILENAME = "tune_hybrid_config.json"
@@ -52,6 +55,7 @@ class HybridGrid(ArtifactConfig):
     rank_constants: list[int] = field(default_factory=lambda: list(range(1, 101)))
     depths: list[int] = field(default_factory=lambda: [10, 50, 100])
     metric: str = "mrr@10"
+    techniques: list[str] = field(default_factory=lambda: ["min_max", "rrf"])
 
     def weights(self) -> list[float]:
         steps = int(round(1.0 / self.weight_step))
@@ -67,6 +71,9 @@ class HybridGrid(ArtifactConfig):
             raise ValueError("rank constants must lie in [1, 10000]")
         if self.metric not in ("mrr@10", "ndcg@10"):
             raise ValueError(f"metric must be mrr@10 or ndcg@10, got {self.metric!r}")
+        known = (*SCORE_TECHNIQUES, "rrf")
+        if not self.techniques or any(t not in known for t in self.techniques):
+            raise ValueError(f"techniques must be some of {', '.join(known)}, got {self.techniques}")
 
 
 @dataclass(frozen=True)
@@ -74,33 +81,22 @@ class HybridSetting:
     """One fused configuration: what goes into the search pipeline (technique, weights, rank constant) and
     into the hybrid query (``pagination_depth``)."""
 
-    technique: str  # "min_max" | "rrf"
+    technique: str  # "min_max" | "z_score" | "l2" | "rrf"
     depth: int
-    bm25_weight: float | None = None  # min_max: weights are [bm25_weight, 1 - bm25_weight]
+    bm25_weight: float | None = None  # score techniques: weights are [bm25_weight, 1 - bm25_weight]
     rank_constant: int | None = None  # rrf
 
     def fusion(self) -> HybridFusion:
         if self.technique == "rrf":
             return HybridFusion("rrf", None, int(self.rank_constant or 60))
         w = float(self.bm25_weight)
-        return HybridFusion("min_max", (w, round(1.0 - w, 10)))
+        return HybridFusion(self.technique, (w, round(1.0 - w, 10)))  # type: ignore[arg-type]
 
     def label(self) -> str:
         if self.technique == "rrf":
             return f"rrf k={self.rank_constant}, depth {self.depth}"
-        return f"min-max {self.bm25_weight:g}/{1 - self.bm25_weight:g}, depth {self.depth}"
-
-
-def _min_max(scores: np.ndarray) -> np.ndarray:
-    """neural-search's min-max of one sub-query's returned scores (float32; 0 -> MIN_SCORE, all equal -> 1)."""
-    if scores.size == 0:
-        return scores
-    lo, hi = scores.min(), scores.max()
-    if hi == lo:
-        return np.full(scores.shape, SINGLE_RESULT_SCORE, np.float32)
-    out = ((scores - lo) / (hi - lo)).astype(np.float32)
-    out[out == 0.0] = MIN_SCORE
-    return out
+        name = {"min_max": "min-max", "z_score": "z-score", "l2": "l2"}[self.technique]
+        return f"{name} {self.bm25_weight:g}/{1 - self.bm25_weight:g}, depth {self.depth}"
 
 
 def _union(a: Sequence[tuple[str, float]], b: Sequence[tuple[str, float]]):
@@ -126,28 +122,32 @@ def fuse_grid(bm25: RankedRuns, sparse: RankedRuns, grid: HybridGrid, k: int = 1
     w_bm25, w_sparse = weights, np.asarray([np.float32(round(1.0 - float(w), 10)) for w in weights], np.float32)
     wsum = (np.float32(0.0) + w_bm25).astype(np.float32) + w_sparse
     runs: dict[HybridSetting, dict[str, list[str]]] = {}
+    scored = [t for t in grid.techniques if t != "rrf"]
     for depth in grid.depths:
-        mm = [HybridSetting("min_max", depth, bm25_weight=float(w)) for w in grid.weights()]
-        rrf = [HybridSetting("rrf", depth, rank_constant=int(c)) for c in grid.rank_constants]
-        for s in mm + rrf:
+        per_technique = {t: [HybridSetting(t, depth, bm25_weight=float(w)) for w in grid.weights()] for t in scored}
+        rrf = [HybridSetting("rrf", depth, rank_constant=int(c)) for c in grid.rank_constants] \
+            if "rrf" in grid.techniques else []
+        every = [s for settings in per_technique.values() for s in settings] + rrf
+        for s in every:
             runs[s] = {}
         for qid in set(bm25) | set(sparse):
             a, b = list(bm25.get(qid, ()))[:depth], list(sparse.get(qid, ()))[:depth]
             docs, ia, ib = _union(a, b)
             if not docs:
-                for s in mm + rrf:
+                for s in every:
                     runs[s][qid] = []
                 continue
-            sa = np.zeros(len(docs), np.float32)
-            sb = np.zeros(len(docs), np.float32)
-            sa[ia] = _min_max(np.asarray([s for _, s in a], np.float32))
-            sb[ib] = _min_max(np.asarray([s for _, s in b], np.float32))
-            # total = f32(f32(0 + f32(sa * wa)) + f32(sb * wb)) / wsum, as HybridFusion.fuse accumulates
-            total = (np.float32(0.0) + (sa[None, :] * w_bm25[:, None]).astype(np.float32)).astype(np.float32)
-            total = (total + (sb[None, :] * w_sparse[:, None]).astype(np.float32)).astype(np.float32)
-            combined = (total / wsum[:, None]).astype(np.float32)
-            for row, s in enumerate(mm):
-                runs[s][qid] = _top(docs, combined[row], k)
+            for technique, settings in per_technique.items():
+                sa = np.zeros(len(docs), np.float32)
+                sb = np.zeros(len(docs), np.float32)
+                sa[ia] = normalise_scores(technique, np.asarray([s for _, s in a], np.float32))
+                sb[ib] = normalise_scores(technique, np.asarray([s for _, s in b], np.float32))
+                # total = f32(f32(0 + f32(sa * wa)) + f32(sb * wb)) / wsum, as HybridFusion.fuse accumulates
+                total = (np.float32(0.0) + (sa[None, :] * w_bm25[:, None]).astype(np.float32)).astype(np.float32)
+                total = (total + (sb[None, :] * w_sparse[:, None]).astype(np.float32)).astype(np.float32)
+                combined = (total / wsum[:, None]).astype(np.float32)
+                for row, s in enumerate(settings):
+                    runs[s][qid] = _top(docs, combined[row], k)
             for s in rrf:
                 ra = np.zeros(len(docs), np.float32)
                 rb = np.zeros(len(docs), np.float32)
@@ -195,10 +195,10 @@ def tune_on_runs(bm25: RankedRuns, sparse: RankedRuns, qrels: Mapping[str, Mappi
     alone = {name: evaluate_run(qrels, _as_ranked_run({q: [d for d, _ in run[q][:10]] for q in queries}), metrics)
              for name, run in (("bm25", bm25), ("sparse", sparse))}
     key = grid.metric
-    # ties: the first in grid order (min-max before RRF, shallower depths first, lower weights / constants first)
+    # ties: the first in grid order (score techniques before RRF, shallower depths first, lower weights first)
     best = max(rows, key=lambda r: r[key])
     per = {}
-    for technique in ("min_max", "rrf"):
+    for technique in grid.techniques:
         candidates = [r for r in rows if r["setting"]["technique"] == technique]
         if candidates:
             per[technique] = max(candidates, key=lambda r: r[key])

@@ -73,7 +73,7 @@ class EvalConfig(ArtifactConfig):
     # rows measured through the same backend (opensearch_lsr.evaluation.baselines): `match` on the text
     # field (nori BM25) and `hybrid [match, neural_sparse]` under a min_max or rrf search pipeline
     baseline: Literal["none", "bm25-nori"] = "none"
-    hybrid: Literal["none", "min_max", "rrf"] = "none"
+    hybrid: Literal["none", "min_max", "z_score", "l2", "rrf"] = "none"
     hybrid_weights: list[float] = field(default_factory=lambda: [0.3, 0.7])  # [bm25, sparse], min_max only
     rank_constant: int = 60
     hybrid_window: int | None = None  # hits per sub-query (pagination_depth); default k
@@ -98,7 +98,7 @@ class EvalConfig(ArtifactConfig):
         if self.hybrid != "none":  # the pipeline's own validation (weights sum to 1, rank constant range), up front
             from ..lexical.fusion import HybridFusion
 
-            HybridFusion(self.hybrid, tuple(self.hybrid_weights) if self.hybrid == "min_max" else None,
+            HybridFusion(self.hybrid, tuple(self.hybrid_weights) if self.hybrid != "rrf" else None,
                          self.rank_constant)
             if self.hybrid_window is not None and self.hybrid_window < self.k:
                 raise ValueError(f"the hybrid pagination depth ({self.hybrid_window}) must be at least k ({self.k})")
@@ -246,7 +246,7 @@ def _lexical_rows(config: EvalConfig, backend: Any, client: Any, dataset: BeirDa
         rows.append(baseline_row(backend.search, dataset.queries, dataset.qrels, TEXT_FIELD, config.k, name))
         write_trec_run(rows[-1].run, out / "run-bm25-nori.trec", tag="bm25-nori")
     if config.hybrid != "none":
-        fusion = HybridFusion(config.hybrid, tuple(config.hybrid_weights) if config.hybrid == "min_max" else None,
+        fusion = HybridFusion(config.hybrid, tuple(config.hybrid_weights) if config.hybrid != "rrf" else None,
                               config.rank_constant)
         search = (local_pipeline_search(backend, fusion.pipeline()) if config.backend == "local" else
                   opensearch_pipeline_search(client, config.index, fusion.pipeline()))

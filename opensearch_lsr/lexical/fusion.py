@@ -14,6 +14,12 @@ Followed from opensearch-project/neural-search at tags 2.19.0.0 and 3.1.0.0
   combined score is ``sum_i w_i * s_i`` over all sub-queries (``score >= 0`` passes for the zeros);
   a missing weight is 1.0 (``ScoreCombinationUtil.getWeightForSubQuery``); weights must lie in [0, 1],
   sum to 1 within 0.01 and match the sub-query count.
+- ``processor/normalization/ZScoreNormalizer`` (3.x): per sub-query, mean and standard deviation (Apache
+  Commons ``DescriptiveStatistics``: the corrected two-pass mean, the ``n - 1`` variance) of its returned
+  scores, narrowed to float; ``(score - mean) / sd``, at most 0 becomes ``MIN_SCORE``; a score equal to the
+  mean takes the maximum, a zero deviation the minimum. ``L2ScoreNormalizer``: ``score / sqrt(sum of
+  squares)`` with a float running sum, 0 when the norm is 0. Both combine by the same weighted arithmetic
+  mean as min-max (``z_score`` supports no other).
 - ``processor/normalization/RRFNormalizationTechnique``: ``1 / (rank_constant + rank)`` with rank from 1,
   rounded HALF_UP to 10 decimals, rank_constant in [1, 10000], default 60;
   ``combination/RRFScoreCombinationTechnique``: the weighted *sum* (weights default 1.0).
@@ -29,6 +35,7 @@ share :meth:`HybridFusion.fuse`, so they rank identically.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
@@ -38,10 +45,12 @@ import numpy as np
 
 from ..errors import LsrError
 
-__all__ = ["FusionError", "HybridFusion", "Technique", "fuse_runs", "rank_lists", "MIN_SCORE",
-           "SINGLE_RESULT_SCORE"]
+__all__ = ["FusionError", "HybridFusion", "Technique", "SCORE_TECHNIQUES", "normalise_scores", "fuse_runs",
+           "rank_lists", "MIN_SCORE", "SINGLE_RESULT_SCORE"]
 
-Technique = Literal["min_max", "rrf"]
+Technique = Literal["min_max", "z_score", "l2", "rrf"]
+#: the normalization-processor's techniques (each combined by the weighted arithmetic mean)
+SCORE_TECHNIQUES = ("min_max", "z_score", "l2")
 K = TypeVar("K", bound=Hashable)
 
 MIN_SCORE = np.float32(0.001)
@@ -60,12 +69,51 @@ def _rrf_score(rank_constant: int, position: int) -> np.float32:
     return np.float32(float(value))
 
 
+def normalise_scores(technique: str, scores: np.ndarray) -> np.ndarray:
+    """One sub-query's returned scores (best first, float32) normalised as neural-search's ``technique`` does."""
+    scores = np.asarray(scores, np.float32)
+    if scores.size == 0:
+        return scores
+    if technique == "min_max":
+        lo, hi = scores.min(), scores.max()
+        if hi == lo:
+            return np.full(scores.shape, SINGLE_RESULT_SCORE, np.float32)
+        out = ((scores - lo) / (hi - lo)).astype(np.float32)
+        out[out == 0.0] = MIN_SCORE
+        return out
+    if technique == "l2":
+        total = np.float32(0.0)
+        for v in scores:  # a float running sum, in hit order
+            total = np.float32(total + np.float32(v * v))
+        norm = np.float32(math.sqrt(float(total)))
+        return np.zeros_like(scores) if norm == 0 else (scores / norm).astype(np.float32)
+    if technique == "z_score":
+        x = scores.astype(np.float64)
+        n = x.size
+        mean = x.sum() / n
+        mean += (x - mean).sum() / n  # commons-math Mean: the corrected two-pass mean
+        dev = x - mean
+        var = ((dev * dev).sum() - dev.sum() ** 2 / n) / (n - 1) if n > 1 else 0.0
+        m, sd = np.float32(mean), np.float32(math.sqrt(var))
+        out = np.empty_like(scores)
+        for i, v in enumerate(scores):
+            if v == m:
+                out[i] = scores.max()
+            elif sd == 0.0:
+                out[i] = scores.min()
+            else:
+                z = np.float32(np.float32(v - m) / sd)
+                out[i] = MIN_SCORE if z <= 0.0 else z
+        return out
+    raise FusionError(f"no score normalization {technique!r}")
+
+
 @dataclass(frozen=True)
 class HybridFusion:
-    """One search pipeline's hybrid fusion: min-max + weighted arithmetic mean, or RRF.
+    """One search pipeline's hybrid fusion: min-max, z-score or L2 + weighted arithmetic mean, or RRF.
 
     Args:
-        technique: ``min_max`` (normalization-processor) or ``rrf`` (score-ranker-processor).
+        technique: ``min_max``, ``z_score`` or ``l2`` (normalization-processor) or ``rrf`` (score-ranker-processor).
         weights: one weight per sub-query (``None``: 1.0 each).
         rank_constant: RRF's constant (1..10000).
     """
@@ -106,14 +154,15 @@ class HybridFusion:
                 norm_params = (cfg.get("normalization") or {}).get("parameters") or {}
                 comb = cfg.get("combination") or {}
                 comb_tech = comb.get("technique", "arithmetic_mean")
-                if norm != "min_max" or norm_params:
-                    raise FusionError(f"the local backend supports normalization technique min_max without "
-                                      f"parameters, got {norm!r} {norm_params or ''}".rstrip())
+                if norm not in SCORE_TECHNIQUES or norm_params:
+                    raise FusionError(f"the local backend supports normalization techniques "
+                                      f"{', '.join(SCORE_TECHNIQUES)} without parameters, got {norm!r} "
+                                      f"{norm_params or ''}".rstrip())
                 if comb_tech != "arithmetic_mean":
                     raise FusionError(f"the local backend supports combination technique arithmetic_mean with "
-                                      f"min_max, got {comb_tech!r}")
+                                      f"{norm}, got {comb_tech!r}")
                 weights = (comb.get("parameters") or {}).get("weights")
-                return cls("min_max", tuple(weights) if weights is not None else None)
+                return cls(norm, tuple(weights) if weights is not None else None)
             if kind == "score-ranker-processor":
                 comb = cfg.get("combination") or {}
                 if comb.get("technique", "rrf") != "rrf":
@@ -139,25 +188,14 @@ class HybridFusion:
         if self.weights is not None:
             comb["parameters"] = {"weights": list(self.weights)}
         return {"phase_results_processors": [{"normalization-processor": {
-            "normalization": {"technique": "min_max"}, "combination": comb}}]}
+            "normalization": {"technique": self.technique}, "combination": comb}}]}
 
     # ---- fusion ----------------------------------------------------------------------------------
 
     def _normalise(self, ranked: Sequence[tuple[K, float]]) -> list[np.float32]:
         if self.technique == "rrf":
             return [_rrf_score(self.rank_constant, pos) for pos in range(len(ranked))]
-        if not ranked:
-            return []
-        scores = np.asarray([s for _, s in ranked], np.float32)
-        lo, hi = scores.min(), scores.max()
-        out = []
-        for s in scores:
-            if hi == lo and hi == s:
-                out.append(SINGLE_RESULT_SCORE)
-                continue
-            v = np.float32((s - lo) / (hi - lo))
-            out.append(MIN_SCORE if v == 0.0 else v)
-        return out
+        return list(normalise_scores(self.technique, np.asarray([s for _, s in ranked], np.float32)))
 
     def fuse(self, sub_results: Sequence[Sequence[tuple[K, float]]], size: int | None = None
              ) -> list[tuple[K, float]]:
@@ -185,7 +223,7 @@ class HybridFusion:
                 if s >= 0.0:
                     total = np.float32(total + np.float32(s * w))
                     wsum = np.float32(wsum + w)
-            if self.technique == "min_max":
+            if self.technique != "rrf":  # the arithmetic mean
                 total = np.float32(0.0) if wsum == 0.0 else np.float32(total / wsum)
             combined.append((key, float(total)))
         order = sorted(range(len(combined)), key=lambda i: -combined[i][1])  # stable: ties keep first appearance

@@ -58,6 +58,8 @@ HybridTechnique = Literal["normalization", "rrf", "auto"]
 INDEX_KINDS = ("rank_features", "sparse_vector")
 TEXT_ANALYZERS = ("nori", "cjk", "standard", "auto")
 HYBRID_TECHNIQUES = ("normalization", "rrf", "auto")
+#: the normalization-processor's score techniques (combined by the weighted arithmetic mean)
+NORMALIZATIONS = ("min_max", "z_score", "l2")
 PRUNE_TYPES = ("none", "top_k", "alpha_mass", "max_ratio", "abs_value")
 #: SEISMIC folds token ids into a short: ids >= 32768 break the ANN path in releases <= 3.8 (contract 4.3).
 MAX_SPARSE_VECTOR_VOCAB = 32768
@@ -210,12 +212,16 @@ def two_phase_pipeline_body(features: ClusterFeatures, *, prune_ratio: float = 0
 
 
 def hybrid_pipeline_body(features: ClusterFeatures, *, technique: HybridTechnique = "auto",
-                         weights: tuple[float, float] = (0.3, 0.7), rank_constant: int = 60) -> dict[str, Any]:
-    """Hybrid BM25 + neural_sparse fusion: ``rrf`` (2.19+) or min-max ``normalization`` (2.10+).
+                         weights: tuple[float, float] = (0.3, 0.7), rank_constant: int = 60,
+                         normalization: str = "min_max") -> dict[str, Any]:
+    """Hybrid BM25 + neural_sparse fusion: ``rrf`` (2.19+) or score ``normalization`` (2.10+).
 
     ``auto`` picks RRF where available (rank-based, no score calibration needed), else normalization.
-    ``weights`` are ``(bm25, neural_sparse)`` and must sum to 1.
+    ``weights`` are ``(bm25, neural_sparse)`` and must sum to 1. ``normalization``: ``min_max``, ``l2``
+    (2.10+) or ``z_score`` (3.0+, neural-search PR 1224), each with the weighted arithmetic mean.
     """
+    if normalization not in NORMALIZATIONS:
+        raise IndexSetupError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {normalization!r}")
     if technique not in HYBRID_TECHNIQUES:
         raise IndexSetupError(f"technique must be one of {', '.join(HYBRID_TECHNIQUES)}, got {technique!r}")
     if not features.hybrid:
@@ -243,9 +249,14 @@ def hybrid_pipeline_body(features: ClusterFeatures, *, technique: HybridTechniqu
         return body
     if len(weights) != 2 or any(w < 0 for w in weights) or abs(sum(weights) - 1.0) > 1e-4:
         raise IndexSetupError(f"weights must be two non-negative numbers (bm25, neural_sparse) summing to 1, got {weights}")
+    if normalization == "z_score" and not features.at_least(3, 0):
+        raise IndexSetupError(f"z_score normalization needs OpenSearch 3.0+, the cluster runs {features.version_string}")
     body = load_template("pipelines", "search_hybrid_normalization")
-    comb = body["phase_results_processors"][0]["normalization-processor"]["combination"]
-    comb["parameters"]["weights"] = [float(w) for w in weights]
+    proc = body["phase_results_processors"][0]["normalization-processor"]
+    proc["normalization"]["technique"] = normalization
+    proc["combination"]["parameters"]["weights"] = [float(w) for w in weights]
+    if normalization != "min_max":
+        body["description"] = body["description"].replace("min-max", normalization.replace("_", "-"))
     return body
 
 

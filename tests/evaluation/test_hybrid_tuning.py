@@ -35,6 +35,21 @@ def test_grid_ranks_like_hybrid_fusion():
             assert top[qid] == [d for d, _ in fusion.fuse(subs, size=10)], (setting, qid)
 
 
+def test_z_score_and_l2_settings_rank_like_hybrid_fusion():
+    bm25, sparse = _runs(2)
+    grid = HybridGrid(weight_step=0.25, depths=[10, 40], techniques=["z_score", "l2", "rrf"], rank_constants=[60])
+    fused = fuse_grid(bm25, sparse, grid, k=10)
+    assert {s.technique for s in fused} == {"z_score", "l2", "rrf"} and len(fused) == 2 * (5 + 5 + 1)
+    for setting, top in fused.items():
+        for qid in bm25:
+            subs = [bm25[qid][:setting.depth], sparse[qid][:setting.depth]]
+            assert top[qid] == [d for d, _ in setting.fusion().fuse(subs, size=10)], (setting, qid)
+    qrels = {q: {sparse[q][0][0]: 1} for q in bm25}
+    tuned = tune_on_runs(bm25, sparse, qrels, grid)
+    assert set(tuned.best_per_technique) == {"z_score", "l2", "rrf"}
+    assert HybridSetting(**tuned.best_per_technique["z_score"]["setting"]).label().startswith("z-score ")
+
+
 def test_best_setting_is_the_argmax_and_only_tuning_queries_count():
     bm25, sparse = _runs(1)
     # judge, per query, the top document of the sparse run: the sparse-heavy settings must win
@@ -57,6 +72,8 @@ def test_grid_validation():
         HybridGrid(depths=[5]).validate()
     with pytest.raises(ValueError, match="rank constants"):
         HybridGrid(rank_constants=[0]).validate()
+    with pytest.raises(ValueError, match="techniques must be some of min_max, z_score, l2, rrf"):
+        HybridGrid(techniques=["max"]).validate()
 
 
 def test_tuning_queries_come_from_the_models_holdout(tmp_path):

@@ -61,8 +61,8 @@ def test_invalid_settings_use_the_servers_words():
         HybridFusion("rrf", rank_constant=0)
     with pytest.raises(FusionError, match="number of weights \\[2\\] must match number of sub-queries \\[3\\]"):
         HybridFusion("min_max", (0.5, 0.5)).fuse([BM25, SPARSE, BM25])
-    with pytest.raises(FusionError, match="technique must be one of min_max, rrf"):
-        HybridFusion("l2")  # type: ignore[arg-type]
+    with pytest.raises(FusionError, match="technique must be one of min_max, z_score, l2, rrf"):
+        HybridFusion("max")  # type: ignore[arg-type]
 
 
 def test_reads_the_repository_pipelines_and_both_rrf_shapes():
@@ -76,9 +76,18 @@ def test_reads_the_repository_pipelines_and_both_rrf_shapes():
     assert HybridFusion.from_pipeline(HybridFusion("rrf", (0.4, 0.6), 7).pipeline()) == HybridFusion("rrf", (0.4, 0.6), 7)
     with pytest.raises(FusionError, match="no phase_results_processors"):
         HybridFusion.from_pipeline({"request_processors": []})
-    with pytest.raises(FusionError, match="min_max"):
+    with pytest.raises(FusionError, match="min_max, z_score, l2 without parameters"):
         HybridFusion.from_pipeline({"phase_results_processors": [{"normalization-processor": {
-            "normalization": {"technique": "l2"}}}]})
+            "normalization": {"technique": "min_max", "parameters": {"lower_bounds": [{"mode": "clip"}]}}}}]})
+    with pytest.raises(FusionError, match="arithmetic_mean with l2"):
+        HybridFusion.from_pipeline({"phase_results_processors": [{"normalization-processor": {
+            "normalization": {"technique": "l2"}, "combination": {"technique": "harmonic_mean"}}}]})
+    for technique in ("z_score", "l2"):
+        fusion = HybridFusion(technique, (0.4, 0.6))  # type: ignore[arg-type]
+        body = fusion.pipeline()
+        assert body["phase_results_processors"][0]["normalization-processor"]["normalization"] == {
+            "technique": technique}
+        assert HybridFusion.from_pipeline(body) == fusion
 
 
 def test_fuse_runs_cuts_each_run_to_the_window_before_normalising():
@@ -89,3 +98,34 @@ def test_fuse_runs_cuts_each_run_to_the_window_before_normalising():
     assert list(run["q"]) == ["b", "a"]
     assert run["q"]["b"] == pytest.approx(0.3 * 0.001 + 0.7)
     assert run["only-bm25"] == pytest.approx({"a": 0.3})
+
+
+def test_z_score_by_hand():
+    """neural-search ZScoreNormalizer: (s - mean) / sd with the n - 1 deviation, at most 0 -> 0.001, a score
+    equal to the mean -> the max, one hit -> its own score (equal to the mean)."""
+    import numpy as np
+
+    from opensearch_lsr.lexical.fusion import normalise_scores
+
+    scores = np.asarray([10.0, 6.0, 2.0], np.float32)  # mean 6, sd 4
+    assert normalise_scores("z_score", scores).tolist() == pytest.approx([1.0, 10.0, 0.001])
+    assert normalise_scores("z_score", np.asarray([9.0, 5.0, 3.0, 3.0], np.float32)).tolist() == pytest.approx(
+        [(9 - 5) / np.std([9, 5, 3, 3], ddof=1), 9.0, 0.001, 0.001])
+    assert normalise_scores("z_score", np.asarray([4.5], np.float32)).tolist() == [4.5]
+    fused = dict(HybridFusion("z_score", (0.3, 0.7)).fuse([BM25, SPARSE]))
+    # bm25: a 1, b 10 (the mean), c 0.001; sparse (mean 2, sd sqrt(2)): b sqrt(2)/2 = 0.7071, d 0.001
+    assert fused["b"] == pytest.approx(0.3 * 10 + 0.7 * 0.70710677, rel=1e-6)
+    assert fused["a"] == pytest.approx(0.3, rel=1e-6) and fused["d"] == pytest.approx(0.0007, rel=1e-4)
+
+
+def test_l2_by_hand():
+    import numpy as np
+
+    from opensearch_lsr.lexical.fusion import normalise_scores
+
+    assert normalise_scores("l2", np.asarray([3.0, 4.0], np.float32)).tolist() == pytest.approx([0.6, 0.8])
+    assert normalise_scores("l2", np.asarray([0.0, 0.0], np.float32)).tolist() == [0.0, 0.0]
+    fused = dict(HybridFusion("l2", (0.5, 0.5)).fuse([BM25, SPARSE]))
+    norm_a, norm_b = np.sqrt(100 + 36 + 4), np.sqrt(9 + 1)
+    assert fused["b"] == pytest.approx(0.5 * 6 / norm_a + 0.5 * 3 / norm_b, rel=1e-6)
+    assert fused["d"] == pytest.approx(0.5 * 1 / norm_b, rel=1e-6)

@@ -111,6 +111,16 @@ def test_search_pipelines_follow_the_version():
         ix.hybrid_pipeline_body(V("2.18.0"), technique="rrf")
     with pytest.raises(ix.IndexSetupError, match="summing to 1"):
         ix.hybrid_pipeline_body(V("3.0.0"), technique="normalization", weights=(0.5, 0.6))
+    with pytest.raises(ix.IndexSetupError, match="z_score normalization needs OpenSearch 3.0"):
+        ix.hybrid_pipeline_body(V("2.19.0"), technique="normalization", normalization="z_score")
+    with pytest.raises(ix.IndexSetupError, match="normalization must be one of"):
+        ix.hybrid_pipeline_body(V("3.0.0"), technique="normalization", normalization="max")
+    for version, normalization in (("3.0.0", "z_score"), ("2.10.0", "l2")):
+        body = ix.hybrid_pipeline_body(V(version), technique="normalization", normalization=normalization,
+                                       weights=(0.4, 0.6))
+        proc = body["phase_results_processors"][0]["normalization-processor"]
+        assert proc["normalization"] == {"technique": normalization}
+        assert proc["combination"] == {"technique": "arithmetic_mean", "parameters": {"weights": [0.4, 0.6]}}
 
 
 @pytest.mark.parametrize("version,plugins,kind,expect_analyzer", [

@@ -229,6 +229,23 @@ def test_eval_through_the_cluster_equals_the_local_backend(run_cli, indices, sub
             assert row_c[metric] == pytest.approx(row_l[metric], abs=5e-5), (row_c["system"], metric)
 
 
+@pytest.mark.parametrize("technique", ["z_score", "l2"])
+def test_score_normalisations_equal_the_local_backend(run_cli, indices, subset, tmp_path, technique):
+    """The node's normalization-processor (z_score, l2) and the local backend's fusion rank alike."""
+    root, _ = subset
+    common = ["eval", "--dataset", root, "--model", "splade-tiny", "--prune-levels", "", "--baseline", "bm25-nori",
+              "--hybrid", technique, "--weights", "0.4,0.6"]
+    _, out = run_cli(*common, "--backend", "opensearch", "--index", indices["pre"], "--out", tmp_path / "os")
+    cluster = json.loads(out)["rows"]
+    _, out = run_cli(*common, "--backend", "local", "--out", tmp_path / "local", conn=False)
+    local = json.loads(out)["rows"]
+    hybrid = [(c, loc) for c, loc in zip(cluster, local) if "hybrid" in c["system"].lower()]
+    assert hybrid and all(c["system"] == loc["system"] for c, loc in hybrid)
+    for row_c, row_l in hybrid:
+        for metric in ("mrr@10", "ndcg@10", "recall@100"):
+            assert row_c[metric] == pytest.approx(row_l[metric], abs=5e-5), (technique, metric)
+
+
 def _one_line_error(code: int, output: str) -> str:
     lines = [line for line in output.strip().splitlines() if line.strip()]
     assert code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), output
