@@ -28,10 +28,13 @@ Followed from opensearch-project/neural-search at tags 2.19.0.0 and 3.1.0.0
 - ``search/query/HybridCollectorManager.getSubqueryResultsRetrievalSize``: each sub-query contributes its
   top ``pagination_depth`` hits, or ``size`` when none is given (``from > 0`` needs ``pagination_depth``).
 
-Scores are float32 as in Java. Deviation: ties of the combined score are broken by first appearance
-(sub-query 0's ranking, then sub-query 1's, ...); OpenSearch's order among exact ties follows its
-internal doc ids through a ``HashMap``. :func:`fuse_runs` and the local backend's ``hybrid`` query
-share :meth:`HybridFusion.fuse`, so they rank identically.
+Scores are float32 as in Java. Ties of the combined score: ``ScoreCombiner`` sorts (stably) the keys of a
+``HashMap<Integer, ...>`` of Lucene doc ids, so exact ties keep Java's iteration order (bucket
+``spread(id) & (capacity - 1)``, then insertion order). With integer keys (the local engine's rows: Lucene's
+doc ids for an index loaded in order into one segment) :meth:`HybridFusion.fuse` reproduces that order;
+with other keys (:func:`fuse_runs` over string ids) ties keep first appearance (sub-query 0's ranking, then
+sub-query 1's, ...), a deviation that matters mostly for ``z_score``, whose floor (0.001) ties every
+document below the mean.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ import numpy as np
 from ..errors import LsrError
 
 __all__ = ["FusionError", "HybridFusion", "Technique", "SCORE_TECHNIQUES", "normalise_scores", "fuse_runs",
-           "rank_lists", "MIN_SCORE", "SINGLE_RESULT_SCORE"]
+           "rank_lists", "java_hash_map_order", "MIN_SCORE", "SINGLE_RESULT_SCORE"]
 
 Technique = Literal["min_max", "z_score", "l2", "rrf"]
 #: the normalization-processor's techniques (each combined by the weighted arithmetic mean)
@@ -216,8 +219,12 @@ class HybridFusion:
                     per_doc[key] = np.zeros(n, np.float32)
                 per_doc[key][j] = s
         weights = [np.float32(w) for w in (self.weights or [1.0] * n)]
+        keys = list(per_doc)
+        if keys and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in keys):
+            keys = java_hash_map_order(keys)
         combined = []
-        for key, scores in per_doc.items():
+        for key in keys:
+            scores = per_doc[key]
             total, wsum = np.float32(0.0), np.float32(0.0)
             for s, w in zip(scores, weights):
                 if s >= 0.0:
@@ -226,9 +233,26 @@ class HybridFusion:
             if self.technique != "rrf":  # the arithmetic mean
                 total = np.float32(0.0) if wsum == 0.0 else np.float32(total / wsum)
             combined.append((key, float(total)))
-        order = sorted(range(len(combined)), key=lambda i: -combined[i][1])  # stable: ties keep first appearance
+        order = sorted(range(len(combined)), key=lambda i: -combined[i][1])  # stable: ties keep the keys' order
         out = [combined[i] for i in order]
         return out if size is None else out[:size]
+
+
+def java_hash_map_order(keys: Sequence[int]) -> list[int]:
+    """``keys`` (inserted in this order into a ``java.util.HashMap<Integer, ...>``) in the map's iteration order:
+    the table doubles from 16 while the size exceeds 0.75 of it; buckets ascending by ``(h ^ (h >>> 16)) &
+    (capacity - 1)``, insertion order within a bucket (resizing keeps it; bins of 8+ colliding keys, which
+    Java turns into trees, are not modelled)."""
+    capacity = 16
+    while len(keys) > 0.75 * capacity:
+        capacity *= 2
+    mask = capacity - 1
+
+    def bucket(key: int) -> int:
+        h = int(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & mask
+
+    return sorted(keys, key=bucket)  # stable: insertion order within a bucket
 
 
 def rank_lists(run: Mapping[K, float], window: int | None = None) -> list[tuple[K, float]]:

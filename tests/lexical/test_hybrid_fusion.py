@@ -129,3 +129,22 @@ def test_l2_by_hand():
     norm_a, norm_b = np.sqrt(100 + 36 + 4), np.sqrt(9 + 1)
     assert fused["b"] == pytest.approx(0.5 * 6 / norm_a + 0.5 * 3 / norm_b, rel=1e-6)
     assert fused["d"] == pytest.approx(0.5 * 1 / norm_b, rel=1e-6)
+
+
+def test_integer_keys_tie_in_java_hash_map_order():
+    """neural-search sorts the keys of a HashMap<Integer, Float> of Lucene doc ids stably by score: exact ties
+    keep the map's iteration order (bucket = id & (capacity - 1), capacity 16 doubling past 0.75 full)."""
+    from opensearch_lsr.lexical.fusion import java_hash_map_order
+
+    assert java_hash_map_order([300, 5, 17, 260]) == [17, 260, 5, 300]  # buckets 12, 5, 1, 4 of 16
+    assert java_hash_map_order([33, 1, 65]) == [33, 1, 65]  # one bucket: insertion order
+    keys = list(range(40, 0, -3))  # 14 keys: the table has grown to 32
+    assert java_hash_map_order(keys) == sorted(keys, key=lambda k: k & 31)
+    # documents below their sub-query's mean all score the z-score floor: Lucene doc ids order them, not hits
+    sub_a = [(900, 9.0), (44, 1.0), (17, 1.0), (3, 1.0)]
+    sub_b = [(900, 4.0), (30, 1.0), (2, 1.0)]
+    fused = HybridFusion("z_score", (0.5, 0.5)).fuse([sub_a, sub_b])
+    assert fused[0][0] == 900
+    assert [k for k, _ in fused[1:]] == [17, 2, 3, 44, 30] and len({s for _, s in fused[1:]}) == 1
+    strings = HybridFusion("z_score", (0.5, 0.5)).fuse([[(str(k), s) for k, s in sub_a], [(str(k), s) for k, s in sub_b]])
+    assert [k for k, _ in strings[1:]] == ["44", "17", "3", "30", "2"]  # first appearance

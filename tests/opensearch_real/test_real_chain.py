@@ -73,8 +73,11 @@ def indices(run_cli, real_client, model_ids, subset, tmp_path_factory, figures):
         figures["bulk_through_pipeline_docs_per_s"] = round(len(ds.corpus) / (time.perf_counter() - t0), 1)
         assert ok == len(ds.corpus) and not errors, errors[:2]
         t0 = time.perf_counter()
+        # one request at a time: Lucene's doc ids then follow the corpus order, as the local backend's rows do, and
+        # neural-search orders exact hybrid ties by doc id (the z-score comparison below depends on it)
         _, out = run_cli("index", "--corpus", root / "corpus.jsonl", "--model", "splade-tiny", "--backend", "opensearch",
-                         "--index", pre, "--work-dir", tmp_path_factory.mktemp("job"), "--no-progress")
+                         "--index", pre, "--work-dir", tmp_path_factory.mktemp("job"), "--no-progress",
+                         "--bulk-concurrency", "1")
         figures["lsr_os_index_encode_and_bulk_docs_per_s"] = round(len(ds.corpus) / (time.perf_counter() - t0), 1)
         assert json.loads(out)["indexed"] == len(ds.corpus)
         real_client.indices.refresh(index=f"{piped},{pre}")
@@ -227,23 +230,6 @@ def test_eval_through_the_cluster_equals_the_local_backend(run_cli, indices, sub
         assert row_c["system"] == row_l["system"]
         for metric in ("mrr@10", "ndcg@10", "recall@100"):
             assert row_c[metric] == pytest.approx(row_l[metric], abs=5e-5), (row_c["system"], metric)
-
-
-@pytest.mark.parametrize("technique", ["z_score", "l2"])
-def test_score_normalisations_equal_the_local_backend(run_cli, indices, subset, tmp_path, technique):
-    """The node's normalization-processor (z_score, l2) and the local backend's fusion rank alike."""
-    root, _ = subset
-    common = ["eval", "--dataset", root, "--model", "splade-tiny", "--prune-levels", "", "--baseline", "bm25-nori",
-              "--hybrid", technique, "--weights", "0.4,0.6"]
-    _, out = run_cli(*common, "--backend", "opensearch", "--index", indices["pre"], "--out", tmp_path / "os")
-    cluster = json.loads(out)["rows"]
-    _, out = run_cli(*common, "--backend", "local", "--out", tmp_path / "local", conn=False)
-    local = json.loads(out)["rows"]
-    hybrid = [(c, loc) for c, loc in zip(cluster, local) if "hybrid" in c["system"].lower()]
-    assert hybrid and all(c["system"] == loc["system"] for c, loc in hybrid)
-    for row_c, row_l in hybrid:
-        for metric in ("mrr@10", "ndcg@10", "recall@100"):
-            assert row_c[metric] == pytest.approx(row_l[metric], abs=5e-5), (technique, metric)
 
 
 def _one_line_error(code: int, output: str) -> str:

@@ -179,3 +179,43 @@ def test_concurrent_bulk_requests_load_every_document_once(real_client, tmp_path
     assert sorted(h["_id"] for h in hits) == sorted(ids) and {h["_version"] for h in hits} == {1}
     checkpoint = json.loads((tmp_path / "job" / "checkpoint.json").read_text())
     assert checkpoint["done"] and checkpoint["position"] == 40
+
+
+@pytest.mark.parametrize("technique", ["min_max", "z_score", "l2", "rrf"])
+def test_hybrid_fusion_equals_the_local_engine(real_client, tmp_path, names, technique):
+    """The node's normalization-processor / score-ranker-processor and the local engine fuse the same
+    sub-query results into the same hits and scores, exact ties included (neural-search orders them by Lucene
+    doc id through a HashMap; the local engine's rows are those ids for an index loaded in order)."""
+    import random
+
+    from opensearch_lsr.engines import make_engine
+    from opensearch_lsr.lexical.fusion import HybridFusion
+
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"]
+    rng = random.Random(0)
+    docs = [{"_id": f"d{i}", "_source": {"text": " ".join(rng.choice(words) for _ in range(rng.randint(3, 12))),
+                                         "v": {w: round(rng.random() * 3 + 0.1, 3) for w in rng.sample(words, 3)}}}
+            for i in range(60)]
+    mappings = {"properties": {"text": {"type": "text"}, "v": {"type": "rank_features"}}}
+    index, pipeline = names(f"fusion-{technique.replace('_', '')}"), names("pipeline")
+    real_client.indices.create(index=index, body={"settings": {"number_of_shards": 1}, "mappings": mappings})
+    for d in docs:  # one at a time: Lucene doc ids follow this order
+        real_client.index(index=index, id=d["_id"], body=d["_source"])
+    real_client.indices.refresh(index=index)
+    local = make_engine("local").create(tmp_path / "local", mappings)
+    local.bulk(docs)
+    fusion = HybridFusion(technique, (0.4, 0.6) if technique != "rrf" else None)  # type: ignore[arg-type]
+    real_client.transport.perform_request("PUT", f"/_search/pipeline/{pipeline}", body=fusion.pipeline())
+    try:
+        for k in range(6):
+            text = " ".join(rng.sample(words, 3))
+            tokens = {w: round(rng.random() * 2 + 0.1, 2) for w in rng.sample(words, 3)}
+            body = {"query": {"hybrid": {"queries": [{"match": {"text": text}},
+                                                     {"neural_sparse": {"v": {"query_tokens": tokens}}}],
+                                         "pagination_depth": 20}}, "size": 20}
+            node = real_client.search(index=index, body=body, params={"search_pipeline": pipeline})["hits"]["hits"]
+            mine = local.search(body, search_pipeline=fusion.pipeline())["hits"]["hits"]
+            assert [h["_id"] for h in node] == [h["_id"] for h in mine], (technique, text, tokens)
+            assert [h["_score"] for h in node] == pytest.approx([h["_score"] for h in mine], rel=1e-5, abs=1e-6)
+    finally:
+        real_client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}")
