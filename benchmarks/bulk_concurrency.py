@@ -13,7 +13,6 @@ and every run must leave exactly the corpus' documents in its index.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -21,13 +20,13 @@ import time
 from pathlib import Path
 
 from harness import ROOT, markdown_table, run_info, write_results
-from index_host_path import ReadyVectors
+from index_host_path import ReadyVectors, passage_texts, repeated_corpus
 
 sys.path.insert(0, str(ROOT))
 
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
 from opensearch_lsr.encoding.job import IndexJob, IndexJobConfig  # noqa: E402
-from opensearch_lsr.resources import shared_data_dir, splade_tiny_path  # noqa: E402
+from opensearch_lsr.resources import splade_tiny_path  # noqa: E402
 
 __all__ = ["main"]
 
@@ -46,26 +45,18 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if not args.url:
         raise SystemExit("no cluster: pass --url or set OPENSEARCH_URL (python tests/opensearch_real/cluster.py start)")
-    if args.corpus is None and shared_data_dir() is None:
-        raise SystemExit("no shared data folder beside the repository: pass --corpus FILE.jsonl")
     from opensearch_lsr.engines import make_engine
     from opensearch_lsr.opensearch.client import detect_features, make_client
 
     client = make_client(args.url)
     version = ".".join(map(str, detect_features(client, detect_plugins=False).version))
     engine = make_engine("opensearch", client)
-    corpus = Path(args.corpus) if args.corpus else shared_data_dir() / "msmarco-ko" / "corpus.jsonl"
-    rows = [json.loads(line) for line in corpus.open(encoding="utf-8")]
-    work = Path(tempfile.mkdtemp(prefix="bulk-concurrency-"))
-    big = work / "corpus.jsonl"
-    with big.open("w", encoding="utf-8") as fh:
-        for k in range(args.repeat):
-            for r in rows:
-                fh.write(json.dumps({**r, "_id": f"{r['_id']}-r{k}"}, ensure_ascii=False) + "\n")
+    rows, big = repeated_corpus(args.corpus, args.repeat, Path(tempfile.mkdtemp(prefix="bulk-concurrency-")))
+    work = big.parent
     model = str(args.model or splade_tiny_path())
     encoder = SparseDocumentEncoder(model, device="cpu")
     t0 = time.perf_counter()
-    ready = ReadyVectors(encoder, [((r.get("title") or "").strip() + " " + r["text"].strip()).strip() for r in rows])
+    ready = ReadyVectors(encoder, passage_texts(rows))
     prepare_s = time.perf_counter() - t0
     values = list(dict.fromkeys([1, *args.concurrency]))
     results: dict[int, dict] = {}

@@ -26,7 +26,7 @@ from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
 from opensearch_lsr.encoding.job import IndexJob, IndexJobConfig  # noqa: E402
 from opensearch_lsr.resources import shared_data_dir, splade_tiny_path  # noqa: E402
 
-__all__ = ["ReadyVectors", "main"]
+__all__ = ["ReadyVectors", "repeated_corpus", "passage_texts", "main"]
 
 
 class ReadyVectors:
@@ -47,6 +47,26 @@ class ReadyVectors:
         return [self.vectors[t] for t in texts]
 
 
+def repeated_corpus(corpus: str | None, repeat: int, work: Path) -> tuple[list[dict], Path]:
+    """The corpus' rows (default: the shared msmarco-ko corpus) and ``work/corpus.jsonl``: ``repeat`` copies of
+    them with their ids made unique."""
+    if corpus is None and shared_data_dir() is None:
+        raise SystemExit("no shared data folder beside the repository: pass --corpus FILE.jsonl")
+    source = Path(corpus) if corpus else shared_data_dir() / "msmarco-ko" / "corpus.jsonl"
+    rows = [json.loads(line) for line in source.open(encoding="utf-8")]
+    big = work / "corpus.jsonl"
+    with big.open("w", encoding="utf-8") as fh:
+        for k in range(repeat):
+            for r in rows:
+                fh.write(json.dumps({**r, "_id": f"{r['_id']}-r{k}"}, ensure_ascii=False) + "\n")
+    return rows, big
+
+
+def passage_texts(rows: list[dict]) -> list[str]:
+    """Each row's text as the job reads it (title, a space, text)."""
+    return [((r.get("title") or "").strip() + " " + r["text"].strip()).strip() for r in rows]
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", default=None, help="JSONL corpus [default: the shared msmarco-ko corpus].")
@@ -55,19 +75,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="--build-workers values; 0 is the baseline.")
     p.add_argument("--md", default=None, help="Markdown results (a JSON beside it).")
     args = p.parse_args(argv)
-    if args.corpus is None and shared_data_dir() is None:
-        raise SystemExit("no shared data folder beside the repository: pass --corpus FILE.jsonl")
-    corpus = Path(args.corpus) if args.corpus else shared_data_dir() / "msmarco-ko" / "corpus.jsonl"
-    rows = [json.loads(line) for line in corpus.open(encoding="utf-8")]
     work = Path(tempfile.mkdtemp(prefix="index-host-"))
-    big = work / "corpus.jsonl"
-    with big.open("w", encoding="utf-8") as fh:
-        for k in range(args.repeat):
-            for r in rows:
-                fh.write(json.dumps({**r, "_id": f"{r['_id']}-r{k}"}, ensure_ascii=False) + "\n")
+    rows, big = repeated_corpus(args.corpus, args.repeat, work)
     encoder = SparseDocumentEncoder(args.model or str(splade_tiny_path()), device="cpu")
     t0 = time.perf_counter()
-    ready = ReadyVectors(encoder, [((r.get("title") or "").strip() + " " + r["text"].strip()).strip() for r in rows])
+    ready = ReadyVectors(encoder, passage_texts(rows))
     prepare_s = time.perf_counter() - t0
     results = {}
     for workers in dict.fromkeys([0, *args.workers]):
