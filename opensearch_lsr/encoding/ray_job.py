@@ -40,7 +40,7 @@ from typing import Any
 
 from ..config import ArtifactConfig, write_json
 from .documents import doc_id_for
-from .job import IndexJobConfig, IndexJobError, default_work_dir, make_writer
+from .job_config import IndexJobConfig, IndexJobError, default_work_dir, make_writer
 from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, ReportFile, SeenIds
 from .readers import BadRecord, read_corpus
 from .ray_source import CorpusBlocksDatasource, PlanBlock

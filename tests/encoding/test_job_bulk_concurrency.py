@@ -134,7 +134,7 @@ def test_bulk_concurrency_is_refused_where_it_cannot_apply(tmp_path):
         IndexJobConfig(corpus="c.jsonl", model="m", backend="ndjson", index=str(tmp_path / "o"), bulk_concurrency=2)
     with pytest.raises(ValueError, match="1-8"):
         IndexJobConfig(corpus="c.jsonl", model="m", backend="opensearch", index="idx", bulk_concurrency=0)
-    from opensearch_lsr.encoding.job import _write_concurrency
+    from opensearch_lsr.encoding.job_config import write_concurrency as _write_concurrency
 
     class OneAtATime:
         pass

@@ -1,0 +1,139 @@
+"""The options of an ``lsr-os index`` job (``IndexJobConfig``, saved next to its checkpoint) and where it writes:
+its work dir, the backend's document writer, how many chunks go to a cluster at once."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from ..config import ArtifactConfig
+from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
+from ..errors import LsrError
+from ..pruning import parse_prune
+from .documents import LongTextPolicy
+from .onnx_backend import EncoderRuntime
+
+__all__ = ["Backend", "IndexJobConfig", "IndexJobError", "default_work_dir", "make_writer", "write_concurrency",
+           "DEFAULT_BULK_CONCURRENCY", "MAX_BULK_CONCURRENCY"]
+
+logger = logging.getLogger(__name__)
+
+Backend = Literal["local", "opensearch", "ndjson", "elasticsearch"]
+
+
+#: ``_bulk`` requests in flight to a cluster by default (chunks written at once; measured in
+#: benchmarks/results/bulk_concurrency.md), and the most the client's connection pool (10) allows.
+DEFAULT_BULK_CONCURRENCY = 2
+MAX_BULK_CONCURRENCY = 8
+
+
+class IndexJobError(LsrError, RuntimeError):
+    """A job-level failure with one clear sentence (bad options, cluster down, stale checkpoint)."""
+
+
+@dataclass
+class IndexJobConfig(ArtifactConfig):
+    """Options of one ``lsr-os index`` run (saved as ``index_job.json`` in the work dir)."""
+
+    FILENAME = "index_job.json"
+
+    corpus: str
+    model: str
+    backend: Backend
+    index: str
+    work_dir: str | None = None
+    corpus_format: str | None = None
+    id_field: str | None = None
+    corpus_text_field: str | None = None
+    corpus_title_field: str | None = None
+    invalid_utf8: str = "skip"
+    key_format: KeyFormat = "word"
+    prune: str = "none"
+    long_text: LongTextPolicy = "truncate"
+    max_length: int = MAX_LENGTH
+    batch_size: int = 32
+    chunk_docs: int = 256
+    queue_size: int = 4
+    device: str | None = None
+    precision: str = "auto"
+    text_field: str = DEFAULT_TEXT_FIELD
+    sparse_field: str = DEFAULT_VECTOR_FIELD
+    ndjson_docs_per_file: int = 10_000
+    limit: int | None = None
+    threads: int | None = None
+    # "torch" (any device) or "onnx" / "onnx-int8" (ONNX Runtime body on CPU: encoding/onnx_backend.py)
+    encoder_runtime: str = "torch"
+    # torch runtime: packed token-budgeted batches (auto/packed) or the padded reference (encoding/encoder.py)
+    batching: str = "auto"
+    max_batch_tokens: int | None = None
+    window_docs: int = 4096
+    # packed batching: torch.compile the residual + LayerNorm steps (None: on CUDA in bf16 / fp16)
+    compile: bool | None = None
+    # processes that build and serialise NDJSON documents (None: up to 8 beside a GPU, none on CPU)
+    build_workers: int | None = None
+    # chunks written to a cluster at once (concurrent _bulk requests; None: DEFAULT_BULK_CONCURRENCY there)
+    bulk_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.encoder_runtime not in get_args(EncoderRuntime):
+            raise ValueError(f"encoder_runtime {self.encoder_runtime!r} is not one of "
+                             f"{', '.join(get_args(EncoderRuntime))}")
+        if self.backend not in get_args(Backend):
+            raise ValueError(f"backend {self.backend!r} is not one of {', '.join(get_args(Backend))}")
+        if self.long_text not in get_args(LongTextPolicy):
+            raise ValueError(f"long_text {self.long_text!r} is not one of {', '.join(get_args(LongTextPolicy))}")
+        check_key_format(self.key_format)
+        if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1 or self.window_docs < 1:
+            raise ValueError("chunk_docs, queue_size, batch_size and window_docs must be >= 1")
+        parse_prune(self.prune)  # validates
+        if self.bulk_concurrency is not None:
+            if not 1 <= self.bulk_concurrency <= MAX_BULK_CONCURRENCY:
+                raise ValueError(f"bulk_concurrency must be 1-{MAX_BULK_CONCURRENCY} (the client's connection "
+                                 f"pool), got {self.bulk_concurrency}")
+            if self.bulk_concurrency > 1 and self.backend in ("local", "ndjson"):
+                raise ValueError(f"bulk_concurrency applies to cluster backends (opensearch, elasticsearch); the "
+                                 f"{self.backend} backend writes one chunk at a time")
+
+
+def default_work_dir(config: IndexJobConfig) -> Path:
+    """Checkpoint/report dir: ``<index path>.job`` for local/ndjson, ``lsr-os-jobs/<index>`` otherwise."""
+    if config.work_dir:
+        return Path(config.work_dir)
+    if config.backend in ("local", "ndjson"):
+        p = Path(config.index)
+        return p.parent / f"{p.name}.job"
+    return Path("lsr-os-jobs") / config.index
+
+
+def make_writer(config: IndexJobConfig, client_factory=None):
+    """The writer of ``config.backend``: NDJSON files, or the engine's own writer, found through the engine
+    registry (the local engine creates the index; a cluster's must exist with the field mapped)."""
+    from ..engines import make_engine
+    from .writers import NdjsonWriter
+
+    if config.backend == "local":
+        if config.long_text == "split":
+            raise IndexJobError("the local backend has no nested fields: use --long-text truncate, "
+                                "or the opensearch/ndjson backend for split passages")
+        engine = make_engine("local")
+    elif config.backend == "ndjson":
+        return NdjsonWriter(config.index, index=Path(config.index).name.lower() or "index",
+                            docs_per_file=config.ndjson_docs_per_file)
+    elif client_factory is None:
+        raise IndexJobError(f"the {config.backend} backend needs a client (--url)")
+    else:
+        engine = make_engine(config.backend, client_factory())
+    return engine.document_writer(config.index, text_field=config.text_field, sparse_field=config.sparse_field,
+                                  key_format=config.key_format, long_text=config.long_text)
+
+
+def write_concurrency(config: IndexJobConfig, writer) -> int:
+    """Chunks written at once: ``config.bulk_concurrency`` (default ``DEFAULT_BULK_CONCURRENCY``) where the writer
+    takes concurrent writes (a cluster's), else 1."""
+    if not getattr(writer, "concurrent_writes", False):
+        if (config.bulk_concurrency or 1) > 1:
+            raise IndexJobError(f"--bulk-concurrency {config.bulk_concurrency}: {type(writer).__name__} writes one "
+                                "chunk at a time")
+        return 1
+    return config.bulk_concurrency or DEFAULT_BULK_CONCURRENCY
