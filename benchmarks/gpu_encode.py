@@ -436,10 +436,12 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         other = "--no-compile" if default_compiled else "--compile"
         if "packed_other" not in args.skip:
             runs[f"packed {other}"] = ("packed", (other,))
+        if "ndjson_process" not in args.skip:  # the encoder in a process of its own, chunks of 2,048 documents
+            runs["packed --encoder-process"] = ("packed", ("--encoder-process", "--chunk-docs", "2048"))
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
         for key, base in (("packed", "packed"), ("packed --build-workers 0", "packed"),
-                          (f"packed {other}", "packed_other")):
+                          (f"packed {other}", "packed_other"), ("packed --encoder-process", "packed")):
             pk = res["ndjson_end_to_end"].get(key, {})
             if "docs_per_s" in pk and base in res:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
@@ -528,7 +530,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="Leave the padded reference out of the end-to-end job runs (the slowest of them).")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
     p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_fp32, instrumentation, "
-                        "segment_max, budgets, exactness, ndjson, mrr.")
+                        "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run), mrr.")
     args = p.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     quick = args.quick or device.type != "cuda"

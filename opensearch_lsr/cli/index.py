@@ -44,6 +44,10 @@ __all__ = ["index_command"]
 @click.option("--build-workers", type=int, default=None,
               help="--backend ndjson: processes that build and serialise documents, so the job's main thread "
                    "only reads and hands chunks on [default: up to 8 beside a GPU (CPU cores - 4), 0 on CPU].")
+@click.option("--encoder-process", is_flag=True,
+              help="Encode in a process of its own even on one device (as every device does with several), so the "
+                   "thread that launches the GPU's work does not share the job's interpreter with reading, building "
+                   "and writing; chunks of --chunk-docs go to it whole (raise --chunk-docs on a GPU).")
 @click.option("--compile/--no-compile", "compile_", default=None,
               help="Packed batching: torch.compile the residual + LayerNorm steps into fused kernels (the first "
                    "batches pay the compilation, a few seconds; falls back to eager kernels if compiling fails) "
@@ -84,7 +88,8 @@ __all__ = ["index_command"]
 @connection_options("opensearch")
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, bulk_concurrency, batching, max_batch_tokens, build_workers, compile_, device, precision,
+                  chunk_docs, bulk_concurrency, batching, max_batch_tokens, build_workers, encoder_process, compile_,
+                  device, precision,
                   text_field, sparse_field, limit, threads,
                   no_progress, encoder_runtime, engine,
                   workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
@@ -136,13 +141,15 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 sparse_field=sparse_field, limit=limit, threads=threads,
                                 encoder_runtime=encoder_runtime, batching=batching,
                                 max_batch_tokens=max_batch_tokens, compile=compile_, build_workers=build_workers,
-                                bulk_concurrency=bulk_concurrency)
+                                bulk_concurrency=bulk_concurrency, encoder_process=encoder_process)
         factory = client_factory(backend, **conn) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):
             fail("the opensearch backend needs --url (or OPENSEARCH_URL)")
         if engine == "ray":
             if bulk_concurrency is not None:
                 fail("--bulk-concurrency applies to --engine single (with ray, the --workers actors write at once)")
+            if encoder_process:
+                fail("--encoder-process applies to --engine single (with ray, every actor is a process of its own)")
             from ..encoding.ray_job import RayOptions, run_ray_index_job
 
             options = RayOptions(workers=workers, address=address, num_gpus_per_worker=num_gpus_per_worker,

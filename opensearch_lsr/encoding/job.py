@@ -119,6 +119,9 @@ class IndexJob:
         config = self.config
         devices = resolve_devices(config.device)
         if config.encoder_runtime != "torch":
+            if config.encoder_process:
+                raise IndexJobError(f"--encoder-process runs the torch encoder; --encoder-runtime "
+                                    f"{config.encoder_runtime} encodes in this process")
             if len(devices) > 1 or str(devices[0]) != "cpu":
                 raise IndexJobError(f"--encoder-runtime {config.encoder_runtime} runs on CPU only (device "
                                     f"{config.device or devices[0]}); use --encoder-runtime torch on GPUs")
@@ -127,7 +130,7 @@ class IndexJob:
             return open_document_encoder(config.model, runtime=config.encoder_runtime,  # type: ignore[arg-type]
                                          precision=config.precision, batch_size=config.batch_size,
                                          max_length=config.max_length, num_threads=config.threads)
-        if len(devices) > 1:
+        if len(devices) > 1 or config.encoder_process:
             return DevicePool(config.model, devices, precision=config.precision, batch_size=config.batch_size,
                               max_length=config.max_length, num_threads=config.threads, batching=config.batching,
                               max_batch_tokens=config.max_batch_tokens, compile=config.compile)

@@ -74,6 +74,9 @@ class IndexJobConfig(ArtifactConfig):
     build_workers: int | None = None
     # chunks written to a cluster at once (concurrent _bulk requests; None: DEFAULT_BULK_CONCURRENCY there)
     bulk_concurrency: int | None = None
+    # encode in a process of its own even on one device (the multi-device pool with one worker), so the thread
+    # that launches the device's work does not share this process's interpreter with reading and writing
+    encoder_process: bool = False
 
     def __post_init__(self) -> None:
         if self.encoder_runtime not in get_args(EncoderRuntime):

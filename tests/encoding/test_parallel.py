@@ -64,3 +64,31 @@ def test_two_worker_pool_matches_single_encoder_and_job(tmp_path, tiny_source_di
     assert [d.get("index", {}).get("_id") for d in docs["one"]] == [d.get("index", {}).get("_id") for d in docs["two"]]
     for a, b in zip(docs["one"][1::2], docs["two"][1::2]):
         assert a["id"] == b["id"] and a["sparse_embedding"].keys() == b["sparse_embedding"].keys()
+
+
+def test_encoder_process_on_one_device_writes_the_same_documents(tmp_path, tiny_source_dir):
+    """``encoder_process``: the one-device job encodes in a worker process and writes what the in-process job does."""
+    from opensearch_lsr.encoding.job import IndexJobConfig, IndexJobError, run_index_job
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": f"house cat dog {i} " * (1 + i % 5)}) + "\n"
+                              for i in range(30)), encoding="utf-8")
+    written = {}
+    for name, process in (("inline", False), ("process", True)):
+        cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson",
+                             index=str(tmp_path / name), chunk_docs=8, device="cpu", threads=1,
+                             encoder_process=process)
+        summary = run_index_job(cfg, progress=False)
+        assert summary["indexed"] == 30
+        written[name] = [json.loads(line) for line in (tmp_path / name / "bulk-00000.ndjson").read_text().splitlines()]
+    assert summary["encoder"]["device"] == "cpu"
+    for a, b in zip(written["inline"], written["process"]):
+        if "index" in a:
+            assert a["index"]["_id"] == b["index"]["_id"]
+        else:
+            assert a["sparse_embedding"].keys() == b["sparse_embedding"].keys()
+            assert all(abs(a["sparse_embedding"][k] - b["sparse_embedding"][k]) < 1e-5 for k in a["sparse_embedding"])
+    with pytest.raises(IndexJobError, match="--encoder-process runs the torch encoder"):
+        run_index_job(IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson",
+                                     index=str(tmp_path / "onnx"), encoder_runtime="onnx", encoder_process=True),
+                      progress=False)
