@@ -14,12 +14,12 @@ Followed from opensearch-project/neural-search at tags 2.19.0.0 and 3.1.0.0
   combined score is ``sum_i w_i * s_i`` over all sub-queries (``score >= 0`` passes for the zeros);
   a missing weight is 1.0 (``ScoreCombinationUtil.getWeightForSubQuery``); weights must lie in [0, 1],
   sum to 1 within 0.01 and match the sub-query count.
-- ``processor/normalization/ZScoreNormalizer`` (3.x): per sub-query, mean and standard deviation (Apache
+- ``processor/normalization/ZScoreNormalizationTechnique`` (tag 3.6.0.0; added in 3.0.0): per sub-query, mean and standard deviation (Apache
   Commons ``DescriptiveStatistics``: the corrected two-pass mean, the ``n - 1`` variance) of its returned
   scores, narrowed to float; ``(score - mean) / sd``, at most 0 becomes ``MIN_SCORE``; a score equal to the
-  mean takes the maximum, a zero deviation the minimum. ``L2ScoreNormalizer``: ``score / sqrt(sum of
-  squares)`` with a float running sum, 0 when the norm is 0. Both combine by the same weighted arithmetic
-  mean as min-max (``z_score`` supports no other).
+  mean takes the maximum, a zero deviation the minimum. ``L2ScoreNormalizationTechnique`` (tag 3.6.0.0):
+  ``score / sqrt(sum of squares)`` with a float running sum, 0 when the norm is 0. Both combine by the
+  same weighted arithmetic mean as min-max (``z_score`` supports no other).
 - ``processor/normalization/RRFNormalizationTechnique``: ``1 / (rank_constant + rank)`` with rank from 1,
   rounded HALF_UP to 10 decimals, rank_constant in [1, 10000], default 60;
   ``combination/RRFScoreCombinationTechnique``: the weighted *sum* (weights default 1.0).
@@ -28,8 +28,9 @@ Followed from opensearch-project/neural-search at tags 2.19.0.0 and 3.1.0.0
 - ``search/query/HybridCollectorManager.getSubqueryResultsRetrievalSize``: each sub-query contributes its
   top ``pagination_depth`` hits, or ``size`` when none is given (``from > 0`` needs ``pagination_depth``).
 
-Scores are float32 as in Java. Ties of the combined score: ``ScoreCombiner`` sorts (stably) the keys of a
-``HashMap<Integer, ...>`` of Lucene doc ids, so exact ties keep Java's iteration order (bucket
+Scores are float32 as in Java. Ties of the combined score: ``processor/combination/ScoreCombiner
+.getSortedDocIds`` (tag 3.6.0.0) sorts (stably) the keys of a ``HashMap<Integer, ...>`` of Lucene doc ids,
+so exact ties keep Java's iteration order (bucket
 ``spread(id) & (capacity - 1)``, then insertion order). With integer keys (the local engine's rows: Lucene's
 doc ids for an index loaded in order into one segment) :meth:`HybridFusion.fuse` reproduces that order;
 with other keys (:func:`fuse_runs` over string ids) ties keep first appearance (sub-query 0's ranking, then
