@@ -43,6 +43,7 @@ import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results f
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
 from opensearch_lsr.encoding.packed import Segments, flops_per_token  # noqa: E402
 from opensearch_lsr.encoding.token_batches import token_budget_batches  # noqa: E402
+from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_threads  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------- basics
@@ -353,15 +354,20 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             res["speedup_packed_over_reference"] = round(res["packed"]["docs_per_s"] / res["reference"]["docs_per_s"],
                                                          2)
 
-    def variant(key: str, compile) -> None:
-        """The packed path with another ``compile`` setting: rate, distance to the default, GPU profile."""
+    def variant(key: str, compile, tokenizer: tuple[int, int | None] | None = None) -> None:
+        """The packed path with another ``compile`` setting or another tokenizer layout (processes, threads in
+        all): rate, distance to the default, GPU profile."""
         enc = SparseDocumentEncoder(model, device=str(device), batching="packed", compile=compile,
                                     max_batch_tokens=32768 if device.type == "cuda" else None)
+        if tokenizer is not None:
+            enc.tokenizer_processes, enc.tokenizer_threads = tokenizer
         _, warm = timed(device, enc.encode, texts[:2048])
         _, t = timed(device, enc.encode, texts)
         row = res[key] = {"precision": enc.precision, "compiled": getattr(enc.runner.model, "compiled", False),
                           "compile_scope": getattr(enc.runner.model, "compile_scope", None), **rate(t),
                           "warm_up_s": round(warm, 1)}
+        if tokenizer is not None:
+            row["tokenizer"] = {"processes": tokenizer[0], "threads": tokenizer[1] or default_tokenizer_threads()}
         row["vs_packed"] = exactness(new.encode(subset), enc.encode(subset))  # same precision
         busy = gpu_busy_share(enc, texts)
         if busy:
@@ -376,6 +382,12 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
     def packed_block():
         """``compile="block"``: one compiled region per layer (everything after attention)."""
         variant("packed_block", "block")
+
+    def tokenizer_processes():
+        """The default compile setting with the tokenizer's threads spread over several processes."""
+        for spec in args.tokenizer_processes:
+            procs, _, threads = spec.partition("x")
+            variant(f"packed_tok{spec}", default_compiled, (int(procs), int(threads) if threads else None))
 
     def packed_fp32():
         enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
@@ -433,6 +445,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
                 "packed --build-workers 0": ("packed", ("--build-workers", "0"))}
         if args.skip_padded_job:
             runs.pop("padded")
+        if "ndjson_workers0" in args.skip:
+            runs.pop("packed --build-workers 0")
         other = "--no-compile" if default_compiled else "--compile"
         if "packed_other" not in args.skip:
             runs[f"packed {other}"] = ("packed", (other,))
@@ -447,7 +461,7 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
 
     for key, fn in (("reference", reference), ("packed", packed), ("packed_other", packed_other),
-                    ("packed_block", packed_block),
+                    ("packed_block", packed_block), ("tokenizer_processes", tokenizer_processes),
                     ("packed_fp32", packed_fp32),
                     ("instrumentation", instrumentation), ("segment_max", segment_max), ("budgets", budgets),
                     ("exactness", exact), ("ndjson", end_to_end)):
@@ -476,10 +490,13 @@ def markdown(result: dict) -> str:
         lines += [f"## {r['model']}: {r.get('docs')} documents, {r.get('mean_tokens')} tokens each, "
                   f"{r.get('flops_per_token', 0) / 1e6:.0f} MFLOP per token", "",
                   "| path | docs/s | tokens/s | model TFLOP/s | % of peak | padded tokens |", "|---|---|---|---|---|---|"]
-        for key in ("reference", "packed", "packed_other", "packed_block", "packed_fp32"):
+        tok_keys = sorted(k for k in r if k.startswith("packed_tok"))
+        for key in ("reference", "packed", "packed_other", "packed_block", *tok_keys, "packed_fp32"):
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
-                label = {"reference": f"padded reference ({row.get('precision')})",
+                tok = row.get("tokenizer") or {}
+                label = f"packed ({row.get('precision')}), tokenizer {tok.get('processes')} processes x " \
+                        f"{tok.get('threads')} threads in all" if key in tok_keys else {"reference": f"padded reference ({row.get('precision')})",
                          "packed": f"packed ({row.get('precision')}, {row.get('attention')}"
                                    f"{', compiled' if row.get('compiled') else ''}): the default",
                          "packed_other": f"packed ({row.get('precision')}) "
@@ -498,6 +515,7 @@ def markdown(result: dict) -> str:
                   (r.get("packed_block") or {}).get("gpu_profile")),
                  ("compile=\"block\" against the default (same precision)",
                   (r.get("packed_block") or {}).get("vs_packed")),
+                 *[(f"GPU busy share, {k}", r[k].get("gpu_busy_share")) for k in tok_keys if isinstance(r[k], dict)],
                  ("host syncs per batch (packed)", r.get("host_syncs_per_batch")),
                  ("stage ms per batch (packed)", r.get("stage_ms_per_batch")),
                  ("segment max docs/s", r.get("segment_max_docs_per_s")),
@@ -528,9 +546,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--skip-splade-tiny", action="store_true", help="Only the BERT-base-shaped model.")
     p.add_argument("--skip-padded-job", action="store_true",
                    help="Leave the padded reference out of the end-to-end job runs (the slowest of them).")
+    p.add_argument("--tokenizer-processes", nargs="*", default=["2", "4"],
+                   help="Rows with the tokenizer spread over P processes ('P', or 'PxT' for T threads in all).")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
-    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_fp32, instrumentation, "
-                        "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run), mrr.")
+    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, tokenizer_processes, packed_fp32, instrumentation, "
+                        "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run), mrr.")
     args = p.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     quick = args.quick or device.type != "cuda"

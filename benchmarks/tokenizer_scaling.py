@@ -7,7 +7,7 @@ pool is sized once per process) times ``OnceTokenizer`` on the corpus, and then 
 ``TokenizerProcess``; the machine's usable cores (affinity, the cgroup CPU quota) are printed beside it. The
 baseline is one thread, measured in the same run.
 
-    python benchmarks/tokenizer_scaling.py [--threads 1 2 4 8 16] [--limit 4000] [--model DIR] [--md FILE]
+    python benchmarks/tokenizer_scaling.py [--threads 1 2 4 8 16] [--processes 2 4] [--limit 4000] [--md FILE]
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def best(fn):
     return len(texts) / min(times), int(out.lengths.sum())
 rate, tokens = best(once) if {mode!r} == "in_process" else (None, None)
 if {mode!r} == "process":
-    proc = TokenizerProcess(once, threads={threads})
+    proc = TokenizerProcess(once, threads={threads}, processes={processes})
     rate, tokens = best(proc)
     proc.close()
 print(json.dumps({{"docs_per_s": rate, "tokens": tokens}}))
@@ -59,9 +59,10 @@ def usable_cores() -> dict:
     return out
 
 
-def run(model: str, corpus: Path, limit: int, threads: int, mode: str, repeat: int, max_length: int) -> dict:
+def run(model: str, corpus: Path, limit: int, threads: int, mode: str, repeat: int, max_length: int,
+        processes: int = 1) -> dict:
     code = _CHILD.format(root=str(ROOT), corpus=str(corpus), limit=limit, model=model, max_length=max_length,
-                         repeat=repeat, mode=mode, threads=threads)
+                         repeat=repeat, mode=mode, threads=threads, processes=processes)
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="true")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -75,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--corpus", default=None, help="JSONL corpus [default: the shared msmarco-ko corpus].")
     p.add_argument("--limit", type=int, default=4000, help="Passages tokenized per timing.")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--processes", type=int, nargs="*", default=[],
+                   help="Also spread each thread count over this many TokenizerProcess processes.")
     p.add_argument("--repeat", type=int, default=3, help="Timings per setting (the best is kept).")
     p.add_argument("--max-length", type=int, default=512)
     p.add_argument("--out", default=None, help="JSON results file.")
@@ -86,10 +89,13 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for threads in args.threads:
         row = {"threads": threads}
-        for mode in ("in_process", "process"):
+        for mode in ("in_process", "process"):  # one process
             got = run(model, corpus, args.limit, threads, mode, args.repeat, args.max_length)
             row[mode], row[f"{mode}_tokens"] = got["docs_per_s"], got["tokens"]
-        if row["in_process_tokens"] != row["process_tokens"]:
+        for procs in (n for n in args.processes if 1 < n <= threads):
+            got = run(model, corpus, args.limit, threads, "process", args.repeat, args.max_length, procs)
+            row[f"processes_{procs}"], row[f"processes_{procs}_tokens"] = got["docs_per_s"], got["tokens"]
+        if any(row[k] != row["in_process_tokens"] for k in row if k.endswith("_tokens")):
             raise SystemExit(f"the tokenizer process gave {row['process_tokens']} tokens, in process "
                              f"{row['in_process_tokens']}: not the same tokenization")
         rows.append(row)
@@ -98,13 +104,20 @@ def main(argv: list[str] | None = None) -> dict:
     for row in rows:
         row["in_process_x"] = round(row["in_process"] / base, 2)
         row["process_x"] = round(row["process"] / base, 2)
+        for procs in args.processes:
+            if f"processes_{procs}" in row:
+                row[f"processes_{procs}_x"] = round(row[f"processes_{procs}"] / base, 2)
     result = {"run": harness.run_info(), "cores": cores, "model": model, "passages": args.limit, "rows": rows}
     shown = "/".join(Path(model).parts[-2:])
     lines = [f"Usable cores: {cores}. {args.limit} passages of `{corpus.name}`, `{shown}` tokenizer, "
              f"best of {args.repeat}; ratios against 1 thread in process, measured in this run.", "",
-             "| Rust threads | in process docs/s | x | TokenizerProcess docs/s | x |", "|---:|---:|---:|---:|---:|"]
+             "| Rust threads in all | in process docs/s | x | TokenizerProcess docs/s | x |"
+             + "".join(f" {n} processes docs/s | x |" for n in args.processes),
+             "|---:|---:|---:|---:|---:|" + "---:|---:|" * len(args.processes)]
     lines += [f"| {r['threads']} | {r['in_process']:,.0f} | {r['in_process_x']} | {r['process']:,.0f} | "
-              f"{r['process_x']} |" for r in rows]
+              f"{r['process_x']} |" + "".join(f" {r[f'processes_{n}']:,.0f} | {r[f'processes_{n}_x']} |"
+                                             if f"processes_{n}" in r else " - | - |" for n in args.processes)
+              for r in rows]
     print("\n".join(lines))
     if args.out:
         harness.write_json(args.out, result)

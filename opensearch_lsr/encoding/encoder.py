@@ -8,11 +8,8 @@ For each text the exported ``SPARSE_ENCODING`` model (contract section 2.1, PYML
 sets special-token ids to 0 and hands the non-zero entries to ML Commons. :class:`SparseDocumentEncoder`
 returns exactly those entries (positive, finite, >= ``Float.MIN_NORMAL``) as ``(ids, weights)``.
 
-Where the time goes (profiled on SPLADE-tiny: 2 layers, hidden 128, 30,522 vocabulary, ~220 tokens
-per Korean passage): the transformer body is ~10 % of the cost; the MLM decoder (hidden x vocabulary
-per token, 0.25 GFLOP per 32 tokens) and, in sentence-transformers, the elementwise passes over the
-materialised ``[batch, length, vocab]`` logits (mask multiply, relu, log1p, max: ~200 M elements per
-batch of 32) are the rest.
+On SPLADE-tiny (2 x 128, 30,522 vocabulary) the MLM decoder, not the body, is most of the cost; in
+sentence-transformers so are the elementwise passes over the materialised ``[batch, length, vocab]`` logits.
 
 :meth:`SparseDocumentEncoder.encode` runs **packed batching** by default wherever the model's layout is known
 (``batching="auto"``; :mod:`.packed_runner`): tokenized once, documents concatenated into token-budgeted
@@ -37,7 +34,6 @@ a dict batch with a ``text`` column gets ``ids`` and ``weights`` columns added).
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import logging
 import os
@@ -287,7 +283,8 @@ class SparseDocumentEncoder:
         if getattr(self, "_background", None) is None:
             from .tokenizer_process import BackgroundTokenizer
 
-            self._background = BackgroundTokenizer(self.once_tokenizer, process=self.device.type == "cuda")
+            self._background = BackgroundTokenizer(self.once_tokenizer, process=self.device.type == "cuda",
+                                                   processes=self.tokenizer_processes, threads=self.tokenizer_threads)
         return self._background.submit(texts)
 
     def close(self) -> None:
@@ -499,6 +496,9 @@ class SparseDocumentEncoder:
     #: texts tokenized together by :meth:`encode` on packed batching (the next window is tokenized while
     #: the device encodes this one; batches are sorted by length within a window)
     window_docs: int = 4096
+    #: on CUDA, the tokenizer's processes and its Rust threads in all [default: ``.tokenizer_process``'s]
+    tokenizer_processes: int | None = None
+    tokenizer_threads: int | None = None
 
     def _encode_packed(self, texts: Sequence[str]) -> list[SparseVector]:
         dropped = self.runner.stats.nonfinite_dropped

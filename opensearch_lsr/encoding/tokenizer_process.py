@@ -10,17 +10,26 @@ went from 13,810 to 14,569 docs/s and ``lsr-os index --backend ndjson`` from 0.6
 pre-tokenized.) The process receives texts and returns the flat id arrays of
 :class:`~.token_ids.TokenizedTexts` (three numpy buffers); the Rust tokenizer's thread pool
 (``RAYON_NUM_THREADS``) is sized there to half the cores.
+
+The threads can be spread over several processes (``processes``): each call's texts are split into that many
+contiguous slices, tokenized at once and joined in order. One Rust pool stops scaling early (on the H200's
+16 cores: 13.7k docs/s with 8 threads, 15.8k with 16, against 3.4k on one; ``tokenizer_scaling_h200.md``),
+so smaller pools in separate processes may go further; ``benchmarks/tokenizer_scaling.py --processes``
+measures it.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 
-from .token_ids import OnceTokenizer, TokenizedTexts
+import numpy as np
 
-__all__ = ["TokenizerProcess", "BackgroundTokenizer", "default_tokenizer_threads"]
+from .token_ids import OnceTokenizer, TokenizedTexts, concat_tokenized
+
+__all__ = ["TokenizerProcess", "BackgroundTokenizer", "default_tokenizer_threads", "default_tokenizer_processes"]
 
 _ONCE: OnceTokenizer | None = None
 
@@ -29,6 +38,11 @@ def default_tokenizer_threads() -> int:
     """Threads of the Rust tokenizer in its process: half the cores, at least one (the other half serve the
     launching thread, the job's reader and writer, and the document workers)."""
     return max(1, (os.cpu_count() or 2) // 2)
+
+
+def default_tokenizer_processes() -> int:
+    """Processes the tokenizer's threads are spread over beside a GPU."""
+    return 1
 
 
 def _init(once: OnceTokenizer, threads: int) -> None:
@@ -42,23 +56,53 @@ def _tokenize(texts: list[str]) -> TokenizedTexts:
     return _ONCE(texts)  # type: ignore[misc]
 
 
+def _joined(parts: list[Future]) -> Future:
+    """One future of the slices' results concatenated in order (the first failure, if one fails)."""
+    joined: Future = Future()
+    left = [len(parts)]
+    lock = threading.Lock()
+
+    def done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        try:
+            joined.set_result(concat_tokenized([f.result() for f in parts]))
+        except BaseException as err:  # noqa: BLE001 - handed to whoever waits on the joined future
+            joined.set_exception(err)
+
+    for f in parts:
+        f.add_done_callback(done)
+    return joined
+
+
 class TokenizerProcess:
-    """:class:`~.token_ids.OnceTokenizer` calls run in one spawned process; :meth:`submit` returns a future.
+    """:class:`~.token_ids.OnceTokenizer` calls run in spawned processes; :meth:`submit` returns a future.
 
     Args:
-        once: the tokenizer (pickled to the process once).
-        threads: the Rust tokenizer's threads there [default: :func:`default_tokenizer_threads`].
+        once: the tokenizer (pickled to each process once).
+        threads: the Rust tokenizer's threads in all [default: :func:`default_tokenizer_threads`].
+        processes: how many processes share them [default: :func:`default_tokenizer_processes`]; a call's
+            texts are split into that many slices.
     """
 
-    def __init__(self, once: OnceTokenizer, threads: int | None = None) -> None:
+    def __init__(self, once: OnceTokenizer, threads: int | None = None, processes: int | None = None) -> None:
         self.threads = int(threads or default_tokenizer_threads())
-        self._pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_init,
-                                         initargs=(once, self.threads))
-        self._pool.submit(_tokenize, ["start"]).result()  # the process and its imports, now, not in a job's clock
+        self.processes = max(1, min(int(processes or default_tokenizer_processes()), self.threads))
+        self._pool = ProcessPoolExecutor(self.processes, mp_context=mp.get_context("spawn"), initializer=_init,
+                                         initargs=(once, max(1, self.threads // self.processes)))
+        # every process and its imports now, not in a job's clock (one task each while the others are busy)
+        for f in [self._pool.submit(_tokenize, ["start"] * 4096) for _ in range(self.processes)]:
+            f.result()
 
     def submit(self, texts: Sequence[str]) -> Future:
         """A future of ``once(texts)``."""
-        return self._pool.submit(_tokenize, list(texts))
+        texts = list(texts)
+        if self.processes == 1 or len(texts) < 2 * self.processes:
+            return self._pool.submit(_tokenize, texts)
+        cuts = np.linspace(0, len(texts), self.processes + 1).astype(int)
+        return _joined([self._pool.submit(_tokenize, texts[a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
 
     def __call__(self, texts: Sequence[str]) -> TokenizedTexts:
         return self.submit(texts).result()
@@ -68,13 +112,15 @@ class TokenizerProcess:
 
 
 class BackgroundTokenizer:
-    """:class:`~.token_ids.OnceTokenizer` calls off the caller's thread: in a :class:`TokenizerProcess` beside a
-    GPU (``process=True``), else in one helper thread (on CPU the encoder's own threads fill the cores, and the
+    """:class:`~.token_ids.OnceTokenizer` calls off the caller's thread: in :class:`TokenizerProcess` (``processes``
+    of them) beside a GPU (``process=True``), else in one helper thread (on CPU the encoder's own threads fill the cores, and the
     Rust tokenizer releases the interpreter lock while it works)."""
 
-    def __init__(self, once: OnceTokenizer, *, process: bool) -> None:
+    def __init__(self, once: OnceTokenizer, *, process: bool, processes: int | None = None,
+                 threads: int | None = None) -> None:
         self.once = once
-        self._runner = TokenizerProcess(once) if process else ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize")
+        self._runner = TokenizerProcess(once, threads, processes) if process else \
+            ThreadPoolExecutor(1, thread_name_prefix="lsr-os-tokenize")
 
     def submit(self, texts: Sequence[str]) -> Future:
         """A future of ``once(texts)``."""

@@ -14,7 +14,7 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     spec.loader.exec_module(module)
     out, md = tmp_path / "r.json", tmp_path / "r.md"
     module.main(["--out", str(out), "--md", str(md), "--data", str(shared_data), "--splade-tiny", str(splade_tiny_dir),
-                 "--limit", "24", "--subset", "12", "--skip-reference-model",
+                 "--limit", "24", "--subset", "12", "--skip-reference-model", "--tokenizer-processes", "2x2",
                  "--skip", "packed_other", "segment_max", "budgets", "ndjson", "mrr"])
     result = json.loads(out.read_text())
     (row,) = result["models"]
@@ -24,5 +24,7 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     exact = row["exact_packed_fp32_vs_reference_fp32"]
     assert exact["docs"] == 12 and exact["max_abs_dw"] <= 1e-5 and exact["jaccard_mean"] > 0.99
     assert set(row["stage_ms_per_batch"]) == {"copy_in", "body", "head_max", "sparsify_copy_out"}
+    tok = row["packed_tok2x2"]  # on CPU the encoder tokenizes in a thread: the row runs, the layout is recorded
+    assert tok["tokenizer"] == {"processes": 2, "threads": 2} and tok["vs_packed"]["max_abs_dw"] == 0.0
     text = md.read_text()
-    assert "padded reference" in text and "packed" in text and result["machine"]["commit"]
+    assert "tokenizer 2 processes x 2 threads" in text and "padded reference" in text and "packed" in text and result["machine"]["commit"]

@@ -369,3 +369,23 @@ def test_tokenizer_process_returns_what_the_tokenizer_returns(splade_tiny_dir, s
     want = once(texts)
     assert (got.ids == want.ids).all() and (got.lengths == want.lengths).all()
     assert (got.full_lengths == want.full_lengths).all() and (want.full_lengths > 128).any()  # truncation happened
+
+
+def test_tokenizer_processes_split_a_call_and_join_it_in_order(splade_tiny_dir, shared_data):
+    """Two tokenizer processes: each call's texts are split between them and the ids come back in input order."""
+    from opensearch_lsr.encoding.tokenizer_process import TokenizerProcess
+
+    texts = [json.loads(line)["text"] for line in open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8")][:301]
+    once = OnceTokenizer(str(splade_tiny_dir), 128)
+    proc = TokenizerProcess(once, threads=2, processes=2)
+    try:
+        assert proc.processes == 2 and len({pid for pid in proc._pool._processes}) == 2
+        got = proc(texts)
+        small = proc(texts[:3])  # fewer texts than two per process: one slice
+        with pytest.raises(TypeError):
+            proc.submit([None, None, None, None]).result()  # a failed slice fails the joined call
+    finally:
+        proc.close()
+    want = once(texts)
+    assert (got.ids == want.ids).all() and (got.lengths == want.lengths).all()
+    assert (got.full_lengths == want.full_lengths).all() and (small.lengths == want.lengths[:3]).all()
