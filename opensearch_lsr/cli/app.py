@@ -17,7 +17,7 @@ import click
 from .. import __version__
 from ..errors import LsrError
 
-__all__ = ["cli", "echo_json", "fail", "user_errors", "error_message", "USER_ERRORS"]
+__all__ = ["cli", "compile_setting", "echo_json", "fail", "user_errors", "error_message", "USER_ERRORS"]
 
 #: What a command reports as one line instead of a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (LsrError, ValueError, FileNotFoundError)
@@ -26,6 +26,13 @@ USER_ERRORS: tuple[type[BaseException], ...] = (LsrError, ValueError, FileNotFou
 def echo_json(payload: Any) -> None:
     """Print ``payload`` as indented JSON (non-ASCII kept, unknown objects via ``str``)."""
     click.echo(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+
+
+def compile_setting(scope: str | None, no_compile: bool) -> bool | str | None:
+    """``--compile [SCOPE]`` / ``--no-compile`` as the encoder's ``compile`` takes it (``None``: its default)."""
+    if scope and no_compile:
+        fail("--compile and --no-compile contradict each other: pick one")
+    return False if no_compile else scope
 
 
 def fail(message: str) -> NoReturn:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..engines import connection_options
-from .app import cli, echo_json, fail, user_errors
+from .app import cli, compile_setting, echo_json, fail, user_errors
 
 __all__ = ["index_command"]
 
@@ -48,10 +48,14 @@ __all__ = ["index_command"]
               help="Encode in a process of its own even on one device (as every device does with several), so the "
                    "thread that launches the GPU's work does not share the job's interpreter with reading, building "
                    "and writing; chunks of --chunk-docs go to it whole (raise --chunk-docs on a GPU).")
-@click.option("--compile/--no-compile", "compile_", default=None,
-              help="Packed batching: torch.compile the residual + LayerNorm steps into fused kernels (the first "
-                   "batches pay the compilation, a few seconds; falls back to eager kernels if compiling fails) "
-                   "[default: on for bf16 / fp16 on a GPU, off in fp32 and on CPU].")
+@click.option("--compile", "compile_", type=click.Choice(["norm", "block", "body"]), is_flag=False,
+              flag_value="norm", default=None,
+              help="Packed batching: torch.compile into fused kernels: norm (each residual + LayerNorm step, what "
+                   "--compile alone means), block (all of a layer after its attention) or body (the whole "
+                   "transformer, one compiled call per batch). The first batches pay the compilation, seconds; "
+                   "it falls back to eager kernels if compiling fails [default: norm for bf16 / fp16 on a GPU, "
+                   "off in fp32 and on CPU].")
+@click.option("--no-compile", is_flag=True, help="Packed batching: never torch.compile (eager kernels only).")
 @click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
 @click.option("--bulk-concurrency", type=click.IntRange(1, 8), default=None,
               help="Cluster backends: chunks written at once (concurrent _bulk requests, each chunk checkpointed "
@@ -89,7 +93,7 @@ __all__ = ["index_command"]
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
                   chunk_docs, bulk_concurrency, batching, max_batch_tokens, build_workers, encoder_process, compile_,
-                  device, precision,
+                  no_compile, device, precision,
                   text_field, sparse_field, limit, threads,
                   no_progress, encoder_runtime, engine,
                   workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
@@ -140,7 +144,8 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
                                 sparse_field=sparse_field, limit=limit, threads=threads,
                                 encoder_runtime=encoder_runtime, batching=batching,
-                                max_batch_tokens=max_batch_tokens, compile=compile_, build_workers=build_workers,
+                                max_batch_tokens=max_batch_tokens, compile=compile_setting(compile_, no_compile),
+                                build_workers=build_workers,
                                 bulk_concurrency=bulk_concurrency, encoder_process=encoder_process)
         factory = client_factory(backend, **conn) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):

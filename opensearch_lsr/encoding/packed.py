@@ -198,14 +198,17 @@ class PackedMLM:
             raise ValueError(f"segment_max {segment_max!r} is not 'reduce', 'gather' or 'rows'")
         self.segment_max = segment_max
         self.row_block = row_block
-        # what torch.compile fuses: each residual + LayerNorm step ("norm", what True means), or everything of a
-        # block after its attention in one region per layer ("block": half the compiled calls per batch)
+        # what torch.compile fuses: each residual + LayerNorm step ("norm", what True means), everything of a
+        # block after its attention in one region per layer ("block": half the compiled calls per batch), or the
+        # whole body and the head's transform in one region ("body": one compiled call per batch, attention a
+        # custom op inside it)
         scope = "norm" if compile is True else (compile or None)
-        if scope not in (None, "norm", "block"):
-            raise ValueError(f"compile {compile!r} is not a bool, 'norm' or 'block'")
+        if scope not in (None, "norm", "block", "body"):
+            raise ValueError(f"compile {compile!r} is not a bool, 'norm', 'block' or 'body'")
         self.compile_scope = scope
         self._add_norm = CompiledStep(_add_norm) if scope == "norm" else _add_norm
         self._tail = CompiledStep(_block_tail) if scope == "block" else None
+        self._body = CompiledStep(self._traced_hidden) if scope == "body" else None
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b
@@ -225,7 +228,7 @@ class PackedMLM:
     @property
     def compiled(self) -> bool:
         """Whether the steps after attention run through ``torch.compile`` (:class:`CompiledStep`)."""
-        return any(isinstance(f, CompiledStep) and f.compiled for f in (self._add_norm, self._tail))
+        return any(isinstance(f, CompiledStep) and f.compiled for f in (self._add_norm, self._tail, self._body))
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seg: Segments) -> torch.Tensor:
         if self.use_varlen:
@@ -238,6 +241,18 @@ class PackedMLM:
 
     def hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """The head-transformed hidden state of every packed token, ``[T, H]`` in the compute dtype."""
+        if self._body is not None:
+            return self._body(ids, seg)
+        return self._hidden(ids, seg, self._attend)
+
+    def _traced_hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
+        """:meth:`hidden` as ``torch.compile`` traces it: the attention chosen once, no fallback inside."""
+        if self.use_varlen:
+            return self._hidden(ids, seg, lambda q, k, v, s: self._varlen(q, k, v, s.cu_seqlens, s.cu_seqlens,
+                                                                          s.max_len, s.max_len))
+        return self._hidden(ids, seg, padded_attention)
+
+    def _hidden(self, ids: torch.Tensor, seg: Segments, attend: Callable[..., torch.Tensor]) -> torch.Tensor:
         dt = self.dtype
         x = F.embedding(ids, self.word) + F.embedding(seg.positions + self.position_offset, self.position)
         if self.token_type is not None:
@@ -248,7 +263,7 @@ class PackedMLM:
         head_dim = width // self.heads
         for layer in self.layers:
             qkv = F.linear(xc, layer.qkv_w, layer.qkv_b).view(total, 3, self.heads, head_dim)
-            ctx = self._attend(qkv[:, 0], qkv[:, 1], qkv[:, 2], seg).reshape(total, width)
+            ctx = attend(qkv[:, 0], qkv[:, 1], qkv[:, 2], seg).reshape(total, width)
             tail = (x, ctx, layer.out_w, layer.out_b, layer.ln1, layer.up_w, layer.up_b, layer.act, layer.down_w,
                     layer.down_b, layer.ln2, dt)
             x, xc = self._tail(*tail) if self._tail is not None else _block_tail(*tail, self._add_norm)

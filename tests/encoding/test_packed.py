@@ -135,10 +135,11 @@ def _packed_pair(compile_):
         return eager.pooled_max(ids, seg), other, lambda: other.pooled_max(ids, seg)
 
 
-@pytest.mark.parametrize("scope", [True, "block"])
+@pytest.mark.parametrize("scope", [True, "block", "body"])
 def test_compiled_steps_equal_the_eager_ones(scope):
-    """torch.compile of the add + LayerNorm steps (``True``, the CUDA bf16 default) or of everything after
-    attention (``"block"``), Inductor's C++ kernels here, computes what the eager steps do, through both compiles
+    """torch.compile of the add + LayerNorm steps (``True``, the CUDA bf16 default), of everything after
+    attention (``"block"``) or of the whole body (``"body"``), Inductor's C++ kernels here, computes what the
+    eager steps do, through both compiles
     (the first shape, then the token count made dynamic)."""
     expected, packed, run = _packed_pair(scope)
     assert packed.compiled and packed.compile_scope == ("norm" if scope is True else scope)
