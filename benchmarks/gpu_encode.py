@@ -325,8 +325,10 @@ def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batch
 
 # ---------------------------------------------------------------------------------------------- one model
 def bench_model(name: str, model: str, ids: list[str], texts: list[str], device: torch.device, peak: float,
-                args: argparse.Namespace, work: Path, section) -> dict:
+                args: argparse.Namespace, work: Path, section, models: list) -> dict:
+    """Every section of one model; ``res`` joins ``models`` first, so each section's save keeps what ran."""
     res: dict = {"model": name}
+    models.append(res)
     section(res, "setup", lambda: _setup(res, model, texts, device, args))
     subset = texts[:args.subset]
     ref = SparseDocumentEncoder(model, device=str(device), batching="padded", batch_size=args.batch_size)
@@ -387,11 +389,10 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         """``compile="body"``: the whole body in one compiled region (attention a custom op inside it)."""
         variant("packed_body", "body")
 
-    def tokenizer_processes():
+    def tokenizer_processes(spec: str) -> None:
         """The default compile setting with the tokenizer's threads spread over several processes."""
-        for spec in args.tokenizer_processes:
-            procs, _, threads = spec.partition("x")
-            variant(f"packed_tok{spec}", default_compiled, (int(procs), int(threads) if threads else None))
+        procs, _, threads = spec.partition("x")
+        variant(f"packed_tok{spec}", default_compiled, (int(procs), int(threads) if threads else None))
 
     def packed_fp32():
         enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
@@ -467,14 +468,15 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             if "docs_per_s" in pk and base in res:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
 
-    for key, fn in (("reference", reference), ("packed", packed), ("packed_other", packed_other),
+    for key, fn in (("reference", reference), ("packed", packed), ("instrumentation", instrumentation),
+                    ("packed_other", packed_other),
                     ("packed_block", packed_block), ("packed_body", packed_body),
-                    ("tokenizer_processes", tokenizer_processes),
-                    ("packed_fp32", packed_fp32),
-                    ("instrumentation", instrumentation), ("segment_max", segment_max), ("budgets", budgets),
+                    *[("tokenizer_processes", lambda spec=spec: tokenizer_processes(spec))
+                      for spec in args.tokenizer_processes],
+                    ("packed_fp32", packed_fp32), ("segment_max", segment_max), ("budgets", budgets),
                     ("exactness", exact), ("ndjson", end_to_end)):
         if key not in args.skip:
-            section(res, key, fn)
+            section(res, f"packed_tok{fn.__defaults__[0]}" if key == "tokenizer_processes" else key, fn)
     return res
 
 
@@ -590,6 +592,7 @@ def main(argv: list[str] | None = None) -> dict:
         except Exception as err:  # noqa: BLE001 - a failed section is recorded, the rest still runs
             res.setdefault("errors", {})[key] = f"{type(err).__name__}: {err}"[:500]
         res.setdefault("section_s", {})[key] = round(time.perf_counter() - t0, 1)
+        print(f"{res['model']}: {key} {res['section_s'][key]} s", flush=True)  # progress, and what a timeout cut
         save()
 
     from opensearch_lsr.resources import splade_tiny_path
@@ -602,14 +605,13 @@ def main(argv: list[str] | None = None) -> dict:
                 dict(layers=12, hidden=768, heads=12, intermediate=3072)
             name = "bert-tiny-random (ko vocab)" if quick else "bert-base-random (ko vocab, 12 x 768)"
             model_dir = random_mlm(data / "kobigbird-bert-base-tokenizer", work / "bert-random", texts, device, **shape)
-            result["models"].append(bench_model(name, str(model_dir), ids, texts, device, result["peak_tflops"],
-                                                args, work, section))
+            bench_model(name, str(model_dir), ids, texts, device, result["peak_tflops"], args, work, section,
+                        result["models"])
         if args.skip_splade_tiny:
             save()
             return result
         res = bench_model("splade-tiny (2 x 128, 30,522 vocab)", tiny, ids, texts, device, result["peak_tflops"],
-                          args, work, section)
-        result["models"].append(res)
+                          args, work, section, result["models"])
         if "mrr" not in args.skip:
             section(res, "mrr", lambda: res.__setitem__("mrr_at_10", mrr_at_10(data / "msmarco-en", device, tiny,
                                                                                 200 if quick else None)))
