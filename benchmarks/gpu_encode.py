@@ -48,12 +48,10 @@ from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_threads 
 
 # ---------------------------------------------------------------------------------------------- basics
 def machine() -> dict:
-    """The harness's machine description, plus transformers' version and the commit (``LSR_COMMIT`` wins:
-    a copy of the tree on another machine may carry a stale ``.git``)."""
+    """The harness's machine description, plus transformers' version and the commit (:func:`harness.git_commit`)."""
     import transformers
 
-    return {**harness.machine(), "transformers": transformers.__version__,
-            "commit": os.environ.get("LSR_COMMIT") or harness.git_commit()}
+    return {**harness.machine(), "transformers": transformers.__version__, "commit": harness.git_commit()}
 
 
 def sync(device: torch.device) -> None:
@@ -351,7 +349,9 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         new.encode(texts[:512])
         _, t = timed(device, new.encode, texts)
         res["packed"] = {"precision": new.precision, "attention": "varlen" if new.runner.model.use_varlen
-                         else "padded-sdpa", "compiled": default_compiled, **rate(t), "padded_share": 0.0}
+                         else "padded-sdpa", "compiled": default_compiled,
+                         "compile_scope": getattr(new.runner.model, "compile_scope", None), **rate(t),
+                         "padded_share": 0.0}
         if "reference" in res:
             res["speedup_packed_over_reference"] = round(res["packed"]["docs_per_s"] / res["reference"]["docs_per_s"],
                                                          2)
@@ -385,9 +385,9 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         """``compile="block"``: one compiled region per layer (everything after attention)."""
         variant("packed_block", "block")
 
-    def packed_body():
-        """``compile="body"``: the whole body in one compiled region (attention a custom op inside it)."""
-        variant("packed_body", "body")
+    def packed_norm():
+        """``compile="norm"``: each residual + LayerNorm step compiled (the default until ``"body"``)."""
+        variant("packed_norm", "norm")
 
     def tokenizer_processes(spec: str) -> None:
         """The default compile setting with the tokenizer's threads spread over several processes."""
@@ -455,22 +455,22 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         other = "--no-compile" if default_compiled else "--compile"
         if "packed_other" not in args.skip:
             runs[f"packed {other}"] = ("packed", (other,))
-        if "packed_body" not in args.skip:
-            runs["packed --compile body"] = ("packed", ("--compile", "body"))
+        if "packed_norm" not in args.skip:
+            runs["packed --compile norm"] = ("packed", ("--compile", "norm"))
         if "ndjson_process" not in args.skip:  # the encoder in a process of its own, chunks of 2,048 documents
             runs["packed --encoder-process"] = ("packed", ("--encoder-process", "--chunk-docs", "2048"))
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
         for key, base in (("packed", "packed"), ("packed --build-workers 0", "packed"),
                           (f"packed {other}", "packed_other"), ("packed --encoder-process", "packed"),
-                          ("packed --compile body", "packed_body")):
+                          ("packed --compile norm", "packed_norm")):
             pk = res["ndjson_end_to_end"].get(key, {})
             if "docs_per_s" in pk and base in res:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
 
     for key, fn in (("reference", reference), ("packed", packed), ("instrumentation", instrumentation),
                     ("packed_other", packed_other),
-                    ("packed_block", packed_block), ("packed_body", packed_body),
+                    ("packed_block", packed_block), ("packed_norm", packed_norm),
                     *[("tokenizer_processes", lambda spec=spec: tokenizer_processes(spec))
                       for spec in args.tokenizer_processes],
                     ("packed_fp32", packed_fp32), ("segment_max", segment_max), ("budgets", budgets),
@@ -501,18 +501,19 @@ def markdown(result: dict) -> str:
                   f"{r.get('flops_per_token', 0) / 1e6:.0f} MFLOP per token", "",
                   "| path | docs/s | tokens/s | model TFLOP/s | % of peak | padded tokens |", "|---|---|---|---|---|---|"]
         tok_keys = sorted(k for k in r if k.startswith("packed_tok"))
-        for key in ("reference", "packed", "packed_other", "packed_block", "packed_body", *tok_keys, "packed_fp32"):
+        for key in ("reference", "packed", "packed_other", "packed_block", "packed_norm", *tok_keys, "packed_fp32"):
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
                 tok = row.get("tokenizer") or {}
                 label = f"packed ({row.get('precision')}), tokenizer {tok.get('processes')} processes x " \
                         f"{tok.get('threads')} threads in all" if key in tok_keys else {"reference": f"padded reference ({row.get('precision')})",
                          "packed": f"packed ({row.get('precision')}, {row.get('attention')}"
-                                   f"{', compiled' if row.get('compiled') else ''}): the default",
+                                   f"{', compile=' + repr(row.get('compile_scope')) if row.get('compiled') else ''})"
+                                   ": the default",
                          "packed_other": f"packed ({row.get('precision')}) "
                                          f"{'--compile' if row.get('compiled') else '--no-compile'}",
                          "packed_block": f"packed ({row.get('precision')}), compile=\"block\"",
-                         "packed_body": f"packed ({row.get('precision')}), compile=\"body\"",
+                         "packed_norm": f"packed ({row.get('precision')}), compile=\"norm\"",
                          "packed_fp32": "packed (fp32)"}[key]
                 lines.append(f"| {label} | {row['docs_per_s']:,} | {row['tokens_per_s']:,} | {row['model_tflops']} | "
                              f"{row['pct_of_peak']} | {row.get('padded_share', 0.0):.1%} |")
@@ -526,9 +527,9 @@ def markdown(result: dict) -> str:
                   (r.get("packed_block") or {}).get("gpu_profile")),
                  ("compile=\"block\" against the default (same precision)",
                   (r.get("packed_block") or {}).get("vs_packed")),
-                 ("GPU profile of the packed encode, compile=\"body\"", (r.get("packed_body") or {}).get("gpu_profile")),
-                 ("compile=\"body\" against the default (same precision)",
-                  (r.get("packed_body") or {}).get("vs_packed")),
+                 ("GPU profile of the packed encode, compile=\"norm\"", (r.get("packed_norm") or {}).get("gpu_profile")),
+                 ("compile=\"norm\" against the default (same precision)",
+                  (r.get("packed_norm") or {}).get("vs_packed")),
                  *[(f"GPU busy share, {k}", r[k].get("gpu_busy_share")) for k in tok_keys if isinstance(r[k], dict)],
                  ("host syncs per batch (packed)", r.get("host_syncs_per_batch")),
                  ("stage ms per batch (packed)", r.get("stage_ms_per_batch")),
@@ -563,7 +564,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--tokenizer-processes", nargs="*", default=["2", "4"],
                    help="Rows with the tokenizer spread over P processes ('P', or 'PxT' for T threads in all).")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
-    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_body, tokenizer_processes, packed_fp32, instrumentation, "
+    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, tokenizer_processes, packed_fp32, instrumentation, "
                         "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run), mrr.")
     args = p.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -187,7 +187,10 @@ def describe(m: dict[str, Any] | None = None) -> str:
 
 
 def git_commit(root: Path = ROOT) -> str:
-    """``HEAD``'s short hash (``+dirty`` when tracked files differ), or ``unknown`` outside a checkout."""
+    """``HEAD``'s short hash (``+dirty`` when tracked files differ), or ``unknown`` outside a checkout;
+    ``LSR_COMMIT`` wins (a copy of the tree on another machine may carry a stale ``.git``)."""
+    if os.environ.get("LSR_COMMIT"):
+        return os.environ["LSR_COMMIT"]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()

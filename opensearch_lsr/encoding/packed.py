@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Segments", "PackedMLM", "CompiledStep", "compile_by_default", "padded_attention", "varlen_available",
+__all__ = ["Segments", "PackedMLM", "CompiledStep", "default_compile_scope", "padded_attention", "varlen_available",
            "default_vocab_chunk", "flops_per_token", "cast_weight", "layer_norm_params", "head_transform",
            "PostLNBlock"]
 
@@ -133,16 +133,18 @@ def _add_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torc
     return z, (z if dtype == torch.float32 else z.to(dtype))
 
 
-def compile_by_default(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether packed batching compiles :func:`_add_norm` when the caller does not say: on CUDA in bf16 / fp16.
+def default_compile_scope(device: torch.device, dtype: torch.dtype) -> str | None:
+    """What packed batching compiles when the caller does not say: the whole body (``"body"``) on CUDA in
+    bf16 / fp16, nothing elsewhere.
 
-    Measured on an H200 (``benchmarks/results/gpu_encode.md``, runs 8-10): the fused step took BERT-base's
-    kernels from 21.1 to 17.2 ms per 32k-token batch and encoding from 14,125 to 16,058 docs/s (35.6 to 40.5 %
-    of the card's bf16 peak), ``lsr-os index`` from 7,948 to 8,900 docs/s. fp32 keeps ATen's kernels (the
+    Measured on an H200 (``benchmarks/results/gpu_encode.md``): compiling each residual + LayerNorm step took
+    BERT-base from 14,125 to 16,058 docs/s (runs 8-10) but left the host launching 24 compiled calls per batch
+    (busy 70-72 %); the whole body as one compiled call did 16,758 and 16,430 docs/s against 14,833 and 15,117
+    for the per-step compile in the same runs (12, 13), busy 87-89 %. fp32 keeps ATen's kernels (the
     reference-grade path); on CPU the body is matmul-bound and compiling gained nothing (300 SPLADE-tiny
     passages: 3.40-3.63 s compiled, 3.42-3.46 s eager).
     """
-    return device.type == "cuda" and dtype != torch.float32
+    return "body" if device.type == "cuda" and dtype != torch.float32 else None
 
 
 def _block_tail(x: torch.Tensor, ctx: torch.Tensor, out_w: torch.Tensor, out_b: torch.Tensor, ln1: tuple,

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .packed import PackedMLM, PostLNBlock, cast_weight, compile_by_default, head_transform, layer_norm_params
+from .packed import PackedMLM, PostLNBlock, cast_weight, default_compile_scope, head_transform, layer_norm_params
 from .packed_modernbert import packed_modernbert
 
 __all__ = ["packed_model"]
@@ -48,7 +48,7 @@ def packed_model(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_ma
                  row_block: int | None = None, compile: bool | str | None = None) -> PackedMLM | None:
     """A :class:`PackedMLM` over ``model``'s weights (cast once to ``dtype``), or ``None`` when the layout is
     not one this module knows (absolute positions, post-LN blocks, the families named in the module doc).
-    ``compile``: what to fuse, as :class:`PackedMLM` takes it (``None``: :func:`.packed.compile_by_default`)."""
+    ``compile``: what to fuse, as :class:`PackedMLM` takes it (``None``: :func:`.packed.default_compile_scope`)."""
     kind = type(model).__name__
     cfg = model.config
     if getattr(cfg, "position_embedding_type", "absolute") not in (None, "absolute"):
@@ -91,4 +91,4 @@ def packed_model(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_ma
                          emb_ln=emb_ln, position_offset=offset, heads=heads, layers=layers, transform=transform,
                          decoder_w=cast_weight(dec.weight, dtype), decoder_b=cast_weight(bias, dtype), dtype=dtype,
                          vocab_chunk=int(vocab_chunk), segment_max=segment_max, row_block=row_block,
-                         compile=compile_by_default(word.device, dtype) if compile is None else compile)
+                         compile=default_compile_scope(word.device, dtype) if compile is None else compile)

@@ -12,10 +12,10 @@ pre-tokenized.) The process receives texts and returns the flat id arrays of
 (``RAYON_NUM_THREADS``) is sized there to half the cores.
 
 The threads can be spread over several processes (``processes``): each call's texts are split into that many
-contiguous slices, tokenized at once and joined in order. One Rust pool stops scaling early (on the H200's
-16 cores: 13.7k docs/s with 8 threads, 15.8k with 16, against 3.4k on one; ``tokenizer_scaling_h200.md``),
-so smaller pools in separate processes may go further; ``benchmarks/tokenizer_scaling.py --processes``
-measures it.
+contiguous slices, tokenized at once and joined in order. One Rust pool stops scaling early; smaller pools
+in separate processes go further (H200, 16 cores, SPLADE-tiny passages/s: 8 threads 11.0k in one process,
+14.4k in four; 16 threads 13.1k in one, 23.3k in four: ``benchmarks/results/tokenizer_scaling_processes_h200.md``,
+``benchmarks/tokenizer_scaling.py --processes``).
 """
 from __future__ import annotations
 
@@ -40,9 +40,14 @@ def default_tokenizer_threads() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-def default_tokenizer_processes() -> int:
-    """Processes the tokenizer's threads are spread over beside a GPU."""
-    return 1
+def default_tokenizer_processes(threads: int | None = None) -> int:
+    """Processes the tokenizer's ``threads`` are spread over beside a GPU: two threads each, at most four.
+
+    Measured on an H200 with 16 cores (``benchmarks/results/gpu_encode.md``, runs 11-12): 8 threads in 4
+    processes tokenized 14,365 SPLADE-tiny passages/s against 11,017 in one, and packed SPLADE-tiny encoding
+    went from 10,203 to 12,792 docs/s (16 threads in 4 processes: 11,946, the launching thread short of a core).
+    """
+    return max(1, min(4, int(threads or default_tokenizer_threads()) // 2))
 
 
 def _init(once: OnceTokenizer, threads: int) -> None:
@@ -89,7 +94,7 @@ class TokenizerProcess:
 
     def __init__(self, once: OnceTokenizer, threads: int | None = None, processes: int | None = None) -> None:
         self.threads = int(threads or default_tokenizer_threads())
-        self.processes = max(1, min(int(processes or default_tokenizer_processes()), self.threads))
+        self.processes = max(1, min(int(processes or default_tokenizer_processes(self.threads)), self.threads))
         self._pool = ProcessPoolExecutor(self.processes, mp_context=mp.get_context("spawn"), initializer=_init,
                                          initargs=(once, max(1, self.threads // self.processes)))
         # every process and its imports now, not in a job's clock (one task each while the others are busy)

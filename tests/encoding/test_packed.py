@@ -170,13 +170,13 @@ def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch,
     assert torch.equal(run(), expected)  # eager from then on
 
 
-def test_compile_is_on_by_default_for_cuda_bf16_only():
-    from opensearch_lsr.encoding.packed import compile_by_default
+def test_the_body_is_compiled_by_default_for_cuda_bf16_only():
+    from opensearch_lsr.encoding.packed import default_compile_scope
 
-    assert compile_by_default(torch.device("cuda"), torch.bfloat16)
-    assert compile_by_default(torch.device("cuda:1"), torch.float16)
-    assert not compile_by_default(torch.device("cuda"), torch.float32)
-    assert not compile_by_default(torch.device("cpu"), torch.bfloat16)
+    assert default_compile_scope(torch.device("cuda"), torch.bfloat16) == "body"
+    assert default_compile_scope(torch.device("cuda:1"), torch.float16) == "body"
+    assert default_compile_scope(torch.device("cuda"), torch.float32) is None
+    assert default_compile_scope(torch.device("cpu"), torch.bfloat16) is None
     _, packed, _ = _packed_pair(None)  # None: the default for the model's device (CPU here)
     assert not packed.compiled
     with pytest.raises(ValueError, match="compile"):
@@ -378,6 +378,9 @@ def test_tokenizer_processes_split_a_call_and_join_it_in_order(splade_tiny_dir, 
 
     texts = [json.loads(line)["text"] for line in open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8")][:301]
     once = OnceTokenizer(str(splade_tiny_dir), 128)
+    from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_processes
+
+    assert [default_tokenizer_processes(t) for t in (1, 2, 4, 8, 16)] == [1, 1, 2, 4, 4]  # two threads each, <= 4
     proc = TokenizerProcess(once, threads=2, processes=2)
     try:
         assert proc.processes == 2 and len({pid for pid in proc._pool._processes}) == 2
