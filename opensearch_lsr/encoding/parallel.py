@@ -53,12 +53,14 @@ def resolve_devices(device: str | None) -> list[str]:
     return [device]
 
 
-def _init_worker(devices, model: str, kwargs: dict) -> None:
+def _init_worker(devices, model: str, kwargs: dict, workers: int) -> None:
     global _WORKER
     from .encoder import SparseDocumentEncoder
+    from .tokenizer_process import default_tokenizer_threads
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _WORKER = SparseDocumentEncoder(model, device=devices.get(), **kwargs)
+    _WORKER.tokenizer_threads = default_tokenizer_threads(workers)  # the devices share the tokenizing cores
     _WORKER.warm_up()  # CUDA's one-off costs here, at start-up (a no-op on CPU)
 
 
@@ -123,7 +125,7 @@ class DevicePool:
                   "num_threads": num_threads, "batching": batching, "max_batch_tokens": max_batch_tokens,
                   "compile": compile}
         self._executor = ProcessPoolExecutor(max_workers=len(self.devices), mp_context=ctx,
-                                             initializer=_init_worker, initargs=(queue, path, kwargs))
+                                             initializer=_init_worker, initargs=(queue, path, kwargs, len(self.devices)))
 
     @property
     def keys(self) -> list[str]:

@@ -34,10 +34,11 @@ __all__ = ["TokenizerProcess", "BackgroundTokenizer", "default_tokenizer_threads
 _ONCE: OnceTokenizer | None = None
 
 
-def default_tokenizer_threads() -> int:
-    """Threads of the Rust tokenizer in its process: half the cores, at least one (the other half serve the
-    launching thread, the job's reader and writer, and the document workers)."""
-    return max(1, (os.cpu_count() or 2) // 2)
+def default_tokenizer_threads(encoders: int = 1) -> int:
+    """Threads of the Rust tokenizer beside one GPU: half the cores shared by the ``encoders`` (one per device in
+    a multi-GPU pool), at least one each (the other half serve the launching threads, the job's reader and
+    writer, and the document workers)."""
+    return max(1, (os.cpu_count() or 2) // (2 * max(1, encoders)))
 
 
 def default_tokenizer_processes(threads: int | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -381,6 +382,10 @@ def test_tokenizer_processes_split_a_call_and_join_it_in_order(splade_tiny_dir, 
     from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_processes
 
     assert [default_tokenizer_processes(t) for t in (1, 2, 4, 8, 16)] == [1, 1, 2, 4, 4]  # two threads each, <= 4
+    from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_threads
+
+    with patch("os.cpu_count", return_value=16):  # half the cores, shared by the devices of a pool
+        assert [default_tokenizer_threads(n) for n in (1, 2, 4, 8, 16)] == [8, 4, 2, 1, 1]
     proc = TokenizerProcess(once, threads=2, processes=2)
     try:
         assert proc.processes == 2 and len({pid for pid in proc._pool._processes}) == 2
