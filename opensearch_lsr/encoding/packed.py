@@ -164,14 +164,15 @@ class CompiledStep:
     Triton, no C++ compiler). Shapes are dynamic in the token count only (automatic dynamic shapes: the first
     call compiles for its shape, the second for any token count)."""
 
-    def __init__(self, fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def __init__(self, fn: Callable[..., Any], eager: Callable[..., Any] | None = None) -> None:
         self.fn = fn
+        self.eager = eager or fn  # what runs instead once compiling has failed
         self._compiled = torch.compile(fn)
         self.compiled = True
 
-    def __call__(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, *args: Any) -> Any:
         if not self.compiled:
-            return self.fn(*args)
+            return self.eager(*args)
         try:
             return self._compiled(*args)
         except torch.OutOfMemoryError:
@@ -180,7 +181,7 @@ class CompiledStep:
             logger.warning("torch.compile of %s failed (%s: %s); running it eagerly", self.fn.__name__,
                            type(err).__name__, str(err).splitlines()[0][:200] if str(err) else "")
             self.compiled = False
-            return self.fn(*args)
+            return self.eager(*args)
 
 
 class PackedMLM:
@@ -210,7 +211,8 @@ class PackedMLM:
         self.compile_scope = scope
         self._add_norm = CompiledStep(_add_norm) if scope == "norm" else _add_norm
         self._tail = CompiledStep(_block_tail) if scope == "block" else None
-        self._body = CompiledStep(self._traced_hidden) if scope == "body" else None
+        self._body = CompiledStep(self._traced_hidden, eager=lambda ids, seg: self._hidden(ids, seg, self._attend)) \
+            if scope == "body" else None
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b

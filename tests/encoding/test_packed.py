@@ -155,18 +155,21 @@ def test_compiled_steps_equal_the_eager_ones(scope):
     assert packed.compiled  # no fallback happened
 
 
-def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch, caplog):
+@pytest.mark.parametrize("scope, step", [(True, "_add_norm"), ("body", "_traced_hidden")])
+def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch, caplog, scope, step):
+    """A compiler failure warns once and the eager steps compute the same from then on (for the body: the
+    eager forward with its own attention fallback, not the traced one)."""
     def broken(fn):
         def run(*args):
             raise RuntimeError("backend compiler failed: no C++ compiler\nmore")
         return run
 
     monkeypatch.setattr(torch, "compile", broken)
-    expected, packed, run = _packed_pair(True)
+    expected, packed, run = _packed_pair(scope)
     with caplog.at_level("WARNING"):
         got = run()
     assert not packed.compiled
-    assert "_add_norm" in caplog.text and "no C++ compiler" in caplog.text and "more" not in caplog.text
+    assert step in caplog.text and "no C++ compiler" in caplog.text and "more" not in caplog.text
     assert torch.equal(got, expected)
     assert torch.equal(run(), expected)  # eager from then on
 
