@@ -1,4 +1,4 @@
-"""Tokenize in a process of its own beside a GPU, so the launching thread does not share its interpreter.
+"""Tokenize in processes of their own beside a GPU, so the launching thread does not share its interpreter.
 
 Every PyTorch op called from Python releases the interpreter lock and takes it back, and the host needs
 several hundred of them to launch one packed batch; whatever else runs in the process (the tokenizer turning
@@ -7,13 +7,13 @@ Rust encodings into id arrays, its thread pool's cores) slows that launch. Measu
 to launch each 32k-token BERT-base batch (21.5 ms of kernels), with this process 12.7 ms; packed encoding
 went from 13,810 to 14,569 docs/s and ``lsr-os index --backend ndjson`` from 0.60 to 0.77 of it. (SPLADE-tiny,
 243 tokens per passage, stays bound by tokenizing itself: launch 24-26 ms per batch either way, 4.6 ms
-pre-tokenized.) The process receives texts and returns the flat id arrays of
-:class:`~.token_ids.TokenizedTexts` (three numpy buffers); the Rust tokenizer's thread pool
-(``RAYON_NUM_THREADS``) is sized there to half the cores.
+pre-tokenized.) The processes receive texts and return the flat id arrays of
+:class:`~.token_ids.TokenizedTexts` (three numpy buffers); the Rust tokenizer's thread pools
+(``RAYON_NUM_THREADS``) share half the cores.
 
-The threads can be spread over several processes (``processes``): each call's texts are split into that many
-contiguous slices, tokenized at once and joined in order. One Rust pool stops scaling early; smaller pools
-in separate processes go further (H200, 16 cores, SPLADE-tiny passages/s: 8 threads 11.0k in one process,
+Each call's texts are split into one contiguous slice per process, tokenized at once and joined in order.
+One Rust pool stops scaling early; smaller pools in separate processes go further, so the default is two
+threads per process (H200, 16 cores, SPLADE-tiny passages/s: 8 threads 11.0k in one process,
 14.4k in four; 16 threads 13.1k in one, 23.3k in four: ``benchmarks/results/tokenizer_scaling_processes_h200.md``,
 ``benchmarks/tokenizer_scaling.py --processes``).
 """
@@ -118,9 +118,10 @@ class TokenizerProcess:
 
 
 class BackgroundTokenizer:
-    """:class:`~.token_ids.OnceTokenizer` calls off the caller's thread: in :class:`TokenizerProcess` (``processes``
-    of them) beside a GPU (``process=True``), else in one helper thread (on CPU the encoder's own threads fill the cores, and the
-    Rust tokenizer releases the interpreter lock while it works)."""
+    """:class:`~.token_ids.OnceTokenizer` calls off the caller's thread: in a :class:`TokenizerProcess` pool
+    beside a GPU (``process=True``; ``processes`` and ``threads`` as it takes them), else in one helper thread (on
+    CPU the encoder's own threads fill the cores, and the Rust tokenizer releases the interpreter lock while it
+    works)."""
 
     def __init__(self, once: OnceTokenizer, *, process: bool, processes: int | None = None,
                  threads: int | None = None) -> None:
