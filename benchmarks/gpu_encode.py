@@ -468,15 +468,15 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             if "docs_per_s" in pk and base in res:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
 
-    for key, fn in (("reference", reference), ("packed", packed), ("instrumentation", instrumentation),
-                    ("packed_other", packed_other),
-                    ("packed_block", packed_block), ("packed_norm", packed_norm),
-                    *[("tokenizer_processes", lambda spec=spec: tokenizer_processes(spec))
-                      for spec in args.tokenizer_processes],
-                    ("packed_fp32", packed_fp32), ("segment_max", segment_max), ("budgets", budgets),
-                    ("exactness", exact), ("ndjson", end_to_end)):
-        if key not in args.skip:
-            section(res, f"packed_tok{fn.__defaults__[0]}" if key == "tokenizer_processes" else key, fn)
+    plain = (("reference", reference), ("packed", packed), ("instrumentation", instrumentation),
+             ("packed_other", packed_other), ("packed_block", packed_block), ("packed_norm", packed_norm))
+    tokenizer_rows = [("tokenizer_processes", f"packed_tok{spec}", lambda spec=spec: tokenizer_processes(spec))
+                      for spec in args.tokenizer_processes]
+    rest = (("packed_fp32", packed_fp32), ("segment_max", segment_max), ("budgets", budgets), ("exactness", exact),
+            ("ndjson", end_to_end))
+    for skip_key, name, fn in [(k, k, f) for k, f in plain] + tokenizer_rows + [(k, k, f) for k, f in rest]:
+        if skip_key not in args.skip:
+            section(res, name, fn)
     return res
 
 
