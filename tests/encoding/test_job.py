@@ -178,3 +178,30 @@ def test_opensearch_backend_retries_and_dead_letters(tmp_path, tiny_source_dir, 
     assert sorted(d["_id"] for d in dead) == ["d20", "d4"] and {d["source"] for d in dead} <= {"c.jsonl:6", "c.jsonl:24"}
     doc = target.docs["d0"]
     assert set(doc) == {"id", "text", "sparse_embedding"} and all(v > 0 for v in doc["sparse_embedding"].values())
+
+
+def test_a_job_with_the_body_compiled_writes_what_the_eager_job_writes(tmp_path, tiny_source_dir, monkeypatch):
+    """``compile="body"`` (the default on CUDA in bf16) through a whole job, on CPU in fp32: packed batches of many
+    sizes (the shapes the compiled graph meets after its one recompile), the same ids and weights as eager."""
+    from opensearch_lsr.encoding.packed import CompiledStep
+
+    calls, call = [], CompiledStep.__call__
+    monkeypatch.setattr(CompiledStep, "__call__", lambda self, *a: calls.append(self.compiled) or call(self, *a))
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 43, bad=False)
+
+    def run(compile_, name: str) -> dict:
+        cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", batching="packed",
+                             index=str(tmp_path / name), chunk_docs=7, max_batch_tokens=64, compile=compile_)
+        summary = run_index_job(cfg, progress=False)
+        assert summary["indexed"] == len(valid)
+        lines = (tmp_path / name / "bulk-00000.ndjson").read_text().splitlines()
+        return {json.loads(m)["index"]["_id"]: json.loads(d)["sparse_embedding"] for m, d in zip(lines[::2], lines[1::2])}
+
+    eager = run(False, "eager")
+    assert not calls
+    body = run("body", "body")
+    assert len(calls) >= 6 and all(calls)  # one compiled call per packed batch, never fallen back to eager
+    assert set(eager) == set(body) == valid
+    for doc_id, vector in eager.items():
+        assert set(vector) == set(body[doc_id]), doc_id
+        assert max(abs(w - body[doc_id][k]) for k, w in vector.items()) <= 1e-4
