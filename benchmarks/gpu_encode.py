@@ -505,8 +505,10 @@ def markdown(result: dict) -> str:
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
                 tok = row.get("tokenizer") or {}
-                label = f"packed ({row.get('precision')}), tokenizer {tok.get('processes')} processes x " \
-                        f"{tok.get('threads')} threads in all" if key in tok_keys else {"reference": f"padded reference ({row.get('precision')})",
+                tok_label = f"packed ({row.get('precision')}), tokenizer {tok.get('processes')} processes x " \
+                            f"{tok.get('threads')} threads in all"
+                label = tok_label if key in tok_keys else {
+                         "reference": f"padded reference ({row.get('precision')})",
                          "packed": f"packed ({row.get('precision')}, {row.get('attention')}"
                                    f"{', compile=' + repr(row.get('compile_scope')) if row.get('compiled') else ''})"
                                    ": the default",
@@ -561,8 +563,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--skip-splade-tiny", action="store_true", help="Only the BERT-base-shaped model.")
     p.add_argument("--skip-padded-job", action="store_true",
                    help="Leave the padded reference out of the end-to-end job runs (the slowest of them).")
-    p.add_argument("--tokenizer-processes", nargs="*", default=["2", "4"],
-                   help="Rows with the tokenizer spread over P processes ('P', or 'PxT' for T threads in all).")
+    p.add_argument("--tokenizer-processes", nargs="*", default=["1"],
+                   help="Rows with the tokenizer in P processes ('P', or 'PxT' for T threads in all) [default: 1, "
+                        "the layout before four processes became the default].")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
     p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, tokenizer_processes, packed_fp32, instrumentation, "
                         "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run), mrr.")

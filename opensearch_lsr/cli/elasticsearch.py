@@ -184,7 +184,8 @@ def _index(kw: dict, es: dict) -> None:
                                 text_field=kw["text_field"], sparse_field=kw["sparse_field"], limit=kw["limit"],
                                 threads=kw["threads"], encoder_runtime=kw.get("encoder_runtime", "torch"),
                                 batching=kw.get("batching", "auto"), max_batch_tokens=kw.get("max_batch_tokens"),
-                                compile=compile_setting(kw.get("compile_"), kw.get("no_compile", False)), bulk_concurrency=kw.get("bulk_concurrency"),
+                                compile=compile_setting(kw.get("compile_"), kw.get("no_compile", False)),
+                                bulk_concurrency=kw.get("bulk_concurrency"),
                                 encoder_process=bool(kw.get("encoder_process")))
         if ray:
             # each Ray actor builds its own client and writer from the picklable factory

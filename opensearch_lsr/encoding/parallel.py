@@ -125,7 +125,8 @@ class DevicePool:
                   "num_threads": num_threads, "batching": batching, "max_batch_tokens": max_batch_tokens,
                   "compile": compile}
         self._executor = ProcessPoolExecutor(max_workers=len(self.devices), mp_context=ctx,
-                                             initializer=_init_worker, initargs=(queue, path, kwargs, len(self.devices)))
+                                             initializer=_init_worker,
+                                             initargs=(queue, path, kwargs, len(self.devices)))
 
     @property
     def keys(self) -> list[str]:
