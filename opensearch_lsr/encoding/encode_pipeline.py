@@ -1,30 +1,32 @@
 """The index job's encoder as a pipeline: chunks go in, futures of their vectors come out, the device never waits.
 
 ``submit(chunk)`` queues a chunk (texts, or texts already tokenized once by the caller) and returns a
-``concurrent.futures.Future``. One device thread takes every chunk queued so far, up to ``window_docs``
-documents, cuts them into token-budgeted packed batches (sorted by length inside the window, whatever
-the chunking), and streams those batches through the :class:`~.packed_runner.PackedRunner` with several
-in flight; when the last document of a chunk comes back, its future is resolved. So reading, tokenizing,
+``concurrent.futures.Future``. One device thread takes the first queued chunk and every queued chunk already
+tokenized after it, up to ``window_docs`` documents, cuts them into packed batches of the token budget
+(:func:`~.packed_runner.ready_batches`: sorted by length inside the window, whatever the chunking; a
+part-filled last batch waits for the next window), and streams those batches through the :class:`~.packed_runner.PackedRunner` with
+several in flight; when the last document of a chunk comes back, its future is resolved. So reading, tokenizing,
 building documents and writing (the caller's threads) overlap with the device, and the caller keeps
 consuming futures in submission order, which keeps the job's checkpoints sequential.
 
-When no chunk is waiting, the batches in flight are drained (so a caller blocked on a future is always
+When no chunk is waiting, what is held back is launched and the batches in flight are drained (so a caller blocked on a future is always
 served); an error in the device thread fails every pending future and every later ``submit``.
 """
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+from collections import deque
 from concurrent.futures import Future
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .sparse_vector import SparseVector
-from .packed_runner import FLUSH
-from .token_batches import token_budget_batches
-from .token_ids import TokenizedTexts, concat_tokenized
+from .packed_runner import ready_batches
+from .token_ids import TokenizedTexts
 
 __all__ = ["PipelinedEncoder"]
 
@@ -35,8 +37,9 @@ class _Chunk:
     """One submitted chunk: its ids (or their future, from the tokenizer thread), its vectors as they
     arrive, and the future the caller holds (``future.tokens`` is set once the chunk is tokenized)."""
 
-    def __init__(self, tokens: TokenizedTexts | Future) -> None:
+    def __init__(self, tokens: TokenizedTexts | Future, serial: int) -> None:
         self._tokens = tokens
+        self.serial = serial
         self.vectors: list[SparseVector | None] = []
         self.missing = 0
         self.future: Future = Future()
@@ -46,6 +49,10 @@ class _Chunk:
         if isinstance(self._tokens, Future):
             self._tokens = self._tokens.result()
         return self._tokens
+
+    def ready(self) -> bool:
+        """Whether the ids are there (``start`` would not wait)."""
+        return not isinstance(self._tokens, Future) or self._tokens.done()
 
     def start(self) -> None:
         """Wait for the ids; make room for the vectors."""
@@ -59,7 +66,7 @@ class PipelinedEncoder:
 
     Args:
         encoder: the encoder (its ``runner`` does the device work; everything else is delegated to it).
-        window_docs: documents sorted into batches together (independent of the caller's chunk size).
+        window_docs: the most documents cut into batches together (independent of the caller's chunk size).
     """
 
     def __init__(self, encoder: Any, *, window_docs: int = 4096) -> None:
@@ -72,7 +79,10 @@ class PipelinedEncoder:
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self._closed = False
-        self._open: set[_Chunk] = set()  # taken by the device thread, not yet resolved
+        self._open: dict[int, _Chunk] = {}  # taken by the device thread, not yet resolved, by serial
+        self._ahead: deque = deque()  # taken from the queue by the device thread, not started yet
+        self._flushed = False  # the device thread said "nothing queued" and now waits for the queue
+        self._serials = itertools.count()
         self._thread = threading.Thread(target=self._run, name="lsr-os-device", daemon=True)
         self._thread.start()
 
@@ -94,7 +104,7 @@ class PipelinedEncoder:
             raise RuntimeError("the encoding pipeline is closed")
         if not isinstance(chunk, TokenizedTexts):
             chunk = self.encoder.tokenize_async(list(chunk))  # a tokenizer process on CUDA, else a thread
-        item = _Chunk(chunk)
+        item = _Chunk(chunk, next(self._serials))
         self._queue.put(item)
         return item.future
 
@@ -111,75 +121,73 @@ class PipelinedEncoder:
             self.encoder.close()
 
     # ------------------------------------------------------------------ the device thread
-    def _windows(self) -> Iterator[tuple[Any, TokenizedTexts | None]]:
-        """``(tag, batch)`` pairs for the runner: a window of queued chunks at a time; a ``FLUSH`` when
-        nothing is queued (the runner then completes what is in flight)."""
-        while True:
+    def _peek(self, block: bool) -> Any:
+        """The next queued item, left at the front of ``_ahead``; ``None`` if nothing is queued and not ``block``."""
+        if not self._ahead:
             try:
-                first = self._queue.get_nowait()
+                self._ahead.append(self._queue.get() if block else self._queue.get_nowait())
             except queue.Empty:
-                yield FLUSH, None
-                first = self._queue.get()
-            if first is _STOP:
-                return
-            chunks, docs, stop = [], 0, False
-            item = first
-            while True:
-                self._open.add(item)
-                item.start()
-                if item.missing:
-                    chunks.append(item)
-                    docs += item.missing
-                else:
-                    self._open.discard(item)
-                    item.future.set_result([])
-                if docs >= self.window_docs:
+                return None
+        return self._ahead[0]
+
+    def _take_window(self) -> list[tuple[np.ndarray, TokenizedTexts]] | None:
+        """The next window for :func:`~.packed_runner.ready_batches`: the first queued chunk (waiting for its
+        ids), then every queued chunk already tokenized, up to ``window_docs`` documents; ``[]`` when nothing
+        is queued (the caller may be waiting on a future: what is in flight is completed), ``None`` once closed.
+        A chunk's keys are rows ``(serial, position in the chunk)``."""
+        window, docs = [], 0
+        while docs < self.window_docs:
+            item = self._peek(block=False)
+            if item is None:
+                if window:
                     break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-            if not chunks:
-                if stop:
-                    return
+                if not self._flushed:
+                    self._flushed = True
+                    return []
+                item = self._peek(block=True)
+            if item is _STOP:
+                return window or None
+            if window and not item.ready():
+                break
+            self._ahead.popleft()
+            self._flushed = False
+            self._open[item.serial] = item
+            item.start()
+            if not item.missing:
+                del self._open[item.serial]
+                item.future.set_result([])
                 continue
-            tokens = concat_tokenized([c.tokens for c in chunks])
-            owner = np.repeat(np.arange(len(chunks)), [len(c.tokens.lengths) for c in chunks])
-            within = np.concatenate([np.arange(len(c.tokens.lengths)) for c in chunks])
-            for batch in token_budget_batches(tokens.lengths, self.encoder.runner.max_batch_tokens):
-                yield (chunks, owner[batch], within[batch]), tokens.select(batch)
-            if stop:
-                return
+            keys = np.stack([np.full(item.missing, item.serial), np.arange(item.missing)], axis=1)
+            window.append((keys, item.tokens))
+            docs += item.missing
+        return window
 
     def _run(self) -> None:
         stats = self.encoder.stats
         runner = self.encoder.runner
         dropped_before = stats.nonfinite_dropped - runner.stats.nonfinite_dropped
         try:
-            for tag, vectors in runner.stream(self._windows()):
-                chunks, owners, positions = tag
+            for keys, vectors in runner.stream(ready_batches(self._take_window, runner.max_batch_tokens)):
                 stats.nonfinite_dropped = dropped_before + runner.stats.nonfinite_dropped
-                for c, i, vector in zip(owners.tolist(), positions.tolist(), vectors):
-                    chunk = chunks[c]
+                for (serial, i), vector in zip(keys.tolist(), vectors):
+                    chunk = self._open[serial]
                     chunk.vectors[i] = vector
                     chunk.missing -= 1
                     if chunk.missing == 0:
                         stats.texts += len(chunk.vectors)
                         stats.tokens += int(chunk.tokens.lengths.sum())
-                        self._open.discard(chunk)
+                        del self._open[serial]
                         chunk.future.set_result(chunk.vectors)
         except BaseException as err:  # noqa: BLE001 - handed to every waiting caller
             self._error = err
             self._fail_pending(err)
 
     def _fail_pending(self, err: BaseException) -> None:
-        for chunk in list(self._open):
+        for chunk in [*self._open.values(), *(i for i in self._ahead if i is not _STOP)]:
             if not chunk.future.done():
                 chunk.future.set_exception(err)
         self._open.clear()
+        self._ahead.clear()
         while True:
             try:
                 item = self._queue.get_nowait()

@@ -493,8 +493,8 @@ class SparseDocumentEncoder:
         torch.cuda.synchronize(self.device)
         return time.perf_counter() - t0
 
-    #: texts tokenized together by :meth:`encode` on packed batching (the next window is tokenized while
-    #: the device encodes this one; batches are sorted by length within a window)
+    #: on packed batching, the most texts :meth:`encode` cuts into batches at once; the tokenizer gets chunks of
+    #: an eighth of it, up to two windows ahead of the device (``PackedRunner.run_texts``)
     window_docs: int = 4096
     #: on CUDA, the tokenizer's processes and its Rust threads in all [default: ``.tokenizer_process``'s]
     tokenizer_processes: int | None = None

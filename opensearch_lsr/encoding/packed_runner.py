@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,9 +23,9 @@ from .device_sparse import PendingSparse, sparsify
 from .sparse_vector import SparseVector
 from .packed import PackedMLM, Segments
 from .token_batches import token_budget_batches
-from .token_ids import TokenizedTexts
+from .token_ids import TokenizedTexts, concat_tokenized
 
-__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ramped_windows"]
+__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches"]
 
 #: A tag for :meth:`PackedRunner.stream`: complete every batch in flight before taking the next one.
 FLUSH = object()
@@ -41,16 +42,43 @@ class RunnerStats:
     by_stage: dict[str, float] = field(default_factory=lambda: {"launch": 0.0, "wait": 0.0, "split": 0.0})
 
 
-def ramped_windows(n: int, window_docs: int, first: int = 256) -> list[tuple[int, int]]:
-    """``(start, end)`` of the windows that cover ``n`` texts: ``first`` texts, then twice as many each time
-    up to ``window_docs``. The device starts after a small window is tokenized, not a full one, and each
-    next window is tokenized while the device runs the one before."""
-    window_docs = max(1, window_docs)
-    bounds, start, size = [], 0, min(max(1, first), window_docs)
-    while start < n:
-        bounds.append((start, min(n, start + size)))
-        start, size = start + size, min(window_docs, 2 * size)
-    return bounds
+def ready_batches(take_window: Callable[[], list[tuple[np.ndarray, TokenizedTexts]] | None],
+                  max_batch_tokens: int) -> Iterator[tuple[Any, TokenizedTexts | None]]:
+    """``(keys, batch)`` pairs of packed batches cut from documents as their tokenization finishes.
+
+    ``take_window()`` gives the next window: the chunks ``(keys, tokens)`` tokenized so far (waiting for one
+    at most, so the device never waits for a window's last chunk while its first ones are ready), ``[]``
+    when nothing is queued now (whatever is held back is launched, then ``(FLUSH, None)``), or ``None`` at the
+    end. A window's documents are sorted by length into batches of the budget (the CPU's padded attention
+    view wastes least on similar lengths: 6.2 s against 7.7 s in input order for 1,500 Korean passages on
+    2 cores); its last batch, if below the budget, is held back and sorted in with the next window, so
+    batches stay full while more is coming, but never twice (nothing waits longer than two windows).
+    ``keys`` (one row per document) say which documents a batch holds.
+    """
+    held: tuple[np.ndarray, TokenizedTexts] | None = None
+    while True:
+        window = take_window()
+        if not window:
+            if held is not None:
+                yield held
+                held = None
+            if window is None:
+                return
+            yield FLUSH, None
+            continue
+        parts = ([held] if held is not None else []) + window
+        keys = np.concatenate([k for k, _ in parts])
+        tokens = concat_tokenized([t for _, t in parts])
+        was_held = np.zeros(len(keys), bool)
+        was_held[:0 if held is None else len(held[0])] = True
+        batches = token_budget_batches(tokens.lengths, max_batch_tokens)
+        held = None
+        if batches and int(tokens.lengths[batches[-1]].sum()) < max_batch_tokens \
+                and not was_held[batches[-1]].any():
+            last = batches.pop()
+            held = keys[last], tokens.select(last)
+        for b in batches:
+            yield keys[b], tokens.select(b)
 
 
 class PackedRunner:
@@ -144,27 +172,42 @@ class PackedRunner:
 
     def run_texts(self, texts: Sequence[str], tokenize_async: Callable[[Sequence[str]], Future],
                   window_docs: int = 4096) -> tuple[list[SparseVector], int]:
-        """Vectors of ``texts``, input order: tokenized a window at a time by ``tokenize_async`` (a future of
-        :class:`~.token_ids.TokenizedTexts`: a tokenizer process or thread), the next window's while the
-        device runs this one's batches. Returns the vectors and the number of real tokens."""
-        out: list[SparseVector | None] = [None] * len(texts)
-        bounds = ramped_windows(len(texts), int(window_docs))
-        tokens_seen = 0
-
-        def batches():
-            nonlocal tokens_seen
-            ahead = tokenize_async(texts[slice(*bounds[0])])
-            for k, (start, _) in enumerate(bounds):
-                tokens = ahead.result()
-                tokens_seen += int(tokens.lengths.sum())
-                if k + 1 < len(bounds):
-                    ahead = tokenize_async(texts[slice(*bounds[k + 1])])
-                for b in token_budget_batches(tokens.lengths, self.max_batch_tokens):
-                    yield b + start, tokens.select(b)
-
-        if not bounds:
+        """Vectors of ``texts``, input order, and the number of real tokens. ``tokenize_async`` (a future of
+        :class:`~.token_ids.TokenizedTexts`: a tokenizer process or thread) gets chunks of ``window_docs / 8``
+        texts (at least 256), up to two windows ahead of the device, so it never idles while the device
+        works; batches are cut from whatever is tokenized (:func:`ready_batches`)."""
+        n = len(texts)
+        if not n:
             return [], 0
-        for index, vectors in self.stream(batches()):
+        out: list[SparseVector | None] = [None] * n
+        chunk = max(256, int(window_docs) // 8)
+        bounds = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+        pending: deque = deque()
+        submitted = tokens_seen = 0
+
+        def top_up() -> None:
+            nonlocal submitted
+            while submitted < len(bounds) and sum(e - s for s, e, _ in pending) < 2 * window_docs:
+                s, e = bounds[submitted]
+                pending.append((s, e, tokenize_async(texts[s:e])))
+                submitted += 1
+
+        def take_window():
+            nonlocal tokens_seen
+            top_up()
+            if not pending:
+                return None
+            window, docs = [], 0
+            while pending and docs < window_docs and (not window or pending[0][2].done()):
+                s, e, future = pending.popleft()
+                tokens = future.result()
+                tokens_seen += int(tokens.lengths.sum())
+                window.append((np.arange(s, e), tokens))
+                docs += e - s
+            top_up()
+            return window
+
+        for index, vectors in self.stream(ready_batches(take_window, self.max_batch_tokens)):
             for i, v in zip(index.tolist(), vectors):
                 out[i] = v
         return out, tokens_seen  # type: ignore[return-value]

@@ -53,16 +53,87 @@ def test_tokenize_once_truncation_sides_and_template(splade_tiny_dir, side):
     assert both.as_lists() == once.as_lists() + [once.as_lists()[2]]
 
 
-def test_ramped_windows_cover_every_text_once_and_grow_to_the_window():
-    from opensearch_lsr.encoding.packed_runner import ramped_windows
+def _fake_tokens(lengths):
+    from opensearch_lsr.encoding.token_ids import TokenizedTexts
 
-    for n, window in [(0, 4096), (1, 4096), (300, 4096), (29_116, 4096), (1000, 100), (10, 1)]:
-        bounds = ramped_windows(n, window)
-        assert [i for s, e in bounds for i in range(s, e)] == list(range(n))
-        sizes = [e - s for s, e in bounds]
-        assert all(0 < k <= window for k in sizes)
-        assert all(b == min(window, 2 * a) for a, b in zip(sizes[:-2], sizes[1:-1]))  # doubling, then flat
-    assert [e - s for s, e in ramped_windows(29_116, 4096)][:6] == [256, 512, 1024, 2048, 4096, 4096]
+    lengths = np.asarray(lengths, np.int64)
+    return TokenizedTexts(np.repeat(np.arange(len(lengths)), lengths), lengths.copy(), lengths.copy())
+
+
+def test_ready_batches_sort_windows_hold_a_part_filled_tail_once_and_flush_it():
+    from opensearch_lsr.encoding.packed_runner import FLUSH, ready_batches
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 90, size=400)
+    cuts = np.sort(rng.choice(np.arange(1, 400), size=30, replace=False))
+    chunks = [np.arange(a, b) for a, b in zip([0, *cuts], [*cuts, 400])]
+    script, window_of = [], np.zeros(400, int)  # windows of one to four chunks, two "nothing queued now"
+    k = 0
+    while k < len(chunks):
+        take = chunks[k:k + int(rng.integers(1, 5))]
+        for c in take:
+            window_of[c] = len(script)
+        script.append([(c, _fake_tokens(lengths[c])) for c in take])
+        k += len(take)
+        if len(script) in (4, 9):
+            script.append([])
+    script.append(None)
+    calls = []
+
+    def take_window():
+        calls.append(1)
+        return script[len(calls) - 1]
+
+    out = [(keys, batch, len(calls) - 1) for keys, batch in ready_batches(take_window, 256)]
+    batches = [(keys, b, call) for keys, b, call in out if keys is not FLUSH]
+    assert sorted(np.concatenate([keys for keys, _, _ in batches]).tolist()) == list(range(400))  # each once
+    for keys, b, call in batches:
+        assert b.lengths.tolist() == lengths[keys].tolist() == sorted(lengths[keys].tolist())
+        assert int(b.lengths.sum()) <= 256 or len(keys) == 1
+        assert (call - window_of[keys] <= 2).all()  # held back once at most (a "nothing queued" call between)
+    def part_filled(batch_lengths) -> bool:
+        return int(batch_lengths.sum()) + 90 <= 256  # the longest document would still have fitted
+
+    short = [i for i, (keys, b, _) in enumerate(out) if keys is not FLUSH and part_filled(b.lengths)]
+    unheld = sum(part_filled(lengths[np.concatenate([c for c, _ in w])][b])  # each window cut on its own
+                 for w in script if w for b in token_budget_batches(lengths[np.concatenate([c for c, _ in w])], 256))
+    assert sum(keys is FLUSH for keys, _, _ in out) == 2
+    assert len(short) < unheld / 1.5
+
+
+def test_run_texts_starts_before_later_chunks_are_tokenized_and_keeps_two_windows_ahead(splade_tiny_dir):
+    import time
+    from concurrent.futures import Future
+
+    enc = _echo_encoder(splade_tiny_dir)
+    words = [w for w in enc.tokenizer.get_vocab() if w.isalpha() and w.islower()][:700]
+    texts = [f"{w} " + "words " * 40 for w in words]  # ~43 tokens: batches of 512 tokens fill in a chunk
+    once = enc.once_tokenizer
+    submitted, finished, launches = [], [], []
+    model_call = enc.runner.model.pooled_max
+
+    def pooled_max(ids, seg):
+        launches.append(len(finished))  # chunks tokenized when this batch was launched
+        return model_call(ids, seg)
+
+    def tokenize_async(chunk):
+        submitted.append(len(chunk))
+        fut: Future = Future()
+        if len(submitted) == 1:
+            fut.set_result(once(chunk))
+            finished.append(1)
+        else:  # later chunks finish 0.2 s later
+            threading.Timer(0.2, lambda: (fut.set_result(once(chunk)), finished.append(1))).start()
+        return fut
+
+    enc.runner.model.pooled_max = pooled_max
+    t0 = time.perf_counter()
+    vectors, tokens = enc.runner.run_texts(texts, tokenize_async, window_docs=2048)
+    assert time.perf_counter() - t0 < 30
+    assert [int(v.ids[0]) for v in vectors] == [enc.tokenizer.convert_tokens_to_ids(w) for w in words]
+    assert tokens == int(once(texts).lengths.sum())
+    assert submitted == [256, 256, 188]  # chunks of window / 8 (at least 256), all three ahead (< 2 windows)
+    assert launches[0] == 1  # the device started on the first chunk, before the others were tokenized
 
 
 # ---------------------------------------------------------------------------------------------- batches
@@ -288,7 +359,7 @@ def test_pipeline_keeps_order_across_windows_and_chunk_sizes(splade_tiny_dir):
 def test_pipeline_failure_reaches_every_pending_future_and_later_submits(splade_tiny_dir):
     enc = _echo_encoder(splade_tiny_dir, fail_on_batch=2)
     pipe = PipelinedEncoder(enc, window_docs=4)
-    futures = [pipe.submit([f"text number {i}"] * 4) for i in range(6)]
+    futures = [pipe.submit([f"text number {i} " * 30] * 4) for i in range(6)]  # ~370 tokens a text: full batches
     errors = 0
     for fut in futures:
         try:
