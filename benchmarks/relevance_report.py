@@ -101,7 +101,8 @@ def _canonical(recipe) -> str:
 
     from relevance_recipes import _fill
 
-    args = SimpleNamespace(data="../shared/data/msmarco-ko", work="runs/rel", sembridge="runs/models/ko-sembridge")
+    args = SimpleNamespace(data="../shared/data/msmarco-ko", work="runs/rel", sembridge="runs/models/ko-sembridge",
+                           dense="runs/models/ko-e5")
     command = _fill(recipe.args, args, recipe)
     return command if command.startswith("sum ") else "lsr-os " + command
 
