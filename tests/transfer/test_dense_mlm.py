@@ -70,8 +70,8 @@ def test_dense_to_sparse_fits_the_head_and_starts_sparse(dense_dir, tiny_target_
     assert not torch.equal(mlm.cls.predictions.transform.dense.weight, torch.eye(16))  # fitted
     texts = [json.loads(line)["text"] for line in open(corpus, encoding="utf-8")][:16]
     active = (SparseEncoder(str(out), device="cpu").encode_document(texts).to_dense() > 0).sum(1).float()
-    # the median probe document's 6th largest logit sits at zero: 5 entries above it
-    assert float(active.median()) == 5 and float(active.max()) < len(KO)
+    # the median probe document's 6th largest logit lands on zero (up to rounding): 5 or 6 entries above it
+    assert float(active.median()) in (5.0, 6.0) and float(active.max()) < len(KO)
 
 
 def test_dense_mlm_refuses_other_layouts_and_bad_settings(tmp_path, tiny_target_tokenizer_dir, corpus):
