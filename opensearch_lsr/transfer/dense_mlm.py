@@ -24,7 +24,6 @@ turns a dense encoder into a masked LM over another vocabulary.
 """
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..config import ArtifactConfig
+from ..config import ArtifactConfig, read_json
 from .surgery import TransferInputError, load_target_tokenizer, resolve_model_path, save_sparse_encoder
 
 __all__ = ["DenseMlmConfig", "dense_to_sparse", "piece_mean_embeddings", "fit_mlm_head", "sparsity_shift"]
@@ -261,4 +260,4 @@ def dense_to_sparse(config: DenseMlmConfig) -> Path:
 
 def read_dense_mlm_summary(out: str | Path) -> dict:
     """The facts :func:`dense_to_sparse` saved (for the CLI)."""
-    return json.loads((Path(out) / DenseMlmConfig.FILENAME).read_text(encoding="utf-8"))
+    return read_json(Path(out) / DenseMlmConfig.FILENAME)
