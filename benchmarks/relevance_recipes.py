@@ -278,6 +278,18 @@ RECIPES = [  # in priority order: a run cut short keeps the first ones
            "12 x 384 student with its corpus stage (the first one's query weights)",
            "sum {work}/l-klq2cr10p6s7-hn-kl-qlr {work}/l-e5c-hn-kl-qlr",
            needs=["l-klq2cr10p6s7-hn-kl-qlr", "l-e5c-hn-kl-qlr"]),
+    # its corpus stage continued on another seed's pairs: 12,000 pairs seen in all
+    Recipe("c-e5c-s42-6k", "corpus-only, the 12 x 384 student continued from c-e5-p6s7-6k on seed 42's first "
+           "6,000 pairs at lr 5e-5",
+           CORPUS_ONLY_P6.replace("{start}", "{work}/c-e5-p6s7-6k") + " --loss kldiv --teacher-temperature 0.0015"
+           " --doc-reg 1e-4 --strategies question,span,question --consistency-rank 10 --max-pairs 6000 --lr 5e-5",
+           "corpus-q2-cr10-p6", needs=["c-e5-p6s7-6k"]),
+    Recipe("l-e5c2-hn-kl-qlr", "labelled, the 12 x 384 student from c-e5c-s42-6k, as l-e5-hn-kl-qlr",
+           LABELLED.replace("{base}", "c-e5c-s42-6k") + KL + " --lr 5e-5", "labels-hn", needs=["c-e5c-s42-6k"]),
+    Recipe("sum-l-p6s7-e5c2", "summed document vectors of the labelled seed-7 six-query model and the labelled "
+           "12 x 384 student with its 12,000-pair corpus stage (the first one's query weights)",
+           "sum {work}/l-klq2cr10p6s7-hn-kl-qlr {work}/l-e5c2-hn-kl-qlr",
+           needs=["l-klq2cr10p6s7-hn-kl-qlr", "l-e5c2-hn-kl-qlr"]),
 ]
 
 
