@@ -124,11 +124,8 @@ def _recall100(runs: list[dict], qrels: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from opensearch_lsr.evaluation.datasets import load_beir
     from opensearch_lsr.evaluation.metrics import evaluate_run
-    from opensearch_lsr.resources import shared_data_dir
-    from relevance_recipes import _query_sets
-    from relevance_report import _as_run, _bm25, _hybrid
+    from relevance_report import _as_run, _bm25, _hybrid, dev_and_holdout
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", required=True, help="Two or more trained inference-free model dirs.")
@@ -141,13 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if len(args.models) < 2:
         p.error("--models needs two or more models")
-    if args.data is None:
-        if shared_data_dir() is None:
-            raise SystemExit("no shared data folder beside the repository: pass --data DIR")
-        args.data = str(shared_data_dir() / "msmarco-ko")
-    sets, dev = _query_sets(args.data)
-    train = load_beir(args.data, "train")
-    qrels = {"dev": dev.qrels, "holdout": {q: train.qrels[q] for q in sets["holdout"][0]}}
+    args.data, sets, dev, qrels = dev_and_holdout(args.data)
     doc_ids = list(dev.corpus)
     texts = [dev.corpus[d] for d in doc_ids]
     bm25, _, _ = _bm25(args.data, sets, Path(args.work))

@@ -30,8 +30,7 @@ TECHNIQUES = ("min_max", "z_score", "l2", "rrf")
 def main(argv: list[str] | None = None) -> dict:
     from opensearch_lsr.evaluation.hybrid_tuning import HybridGrid, HybridSetting, tune_on_runs
     from opensearch_lsr.evaluation.metrics import evaluate_run
-    from relevance_recipes import _query_sets
-    from relevance_report import _as_run, _bm25, _ranked
+    from relevance_report import _as_run, _bm25, _ranked, dev_and_holdout
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pack", required=True, help="A relevance_recipes.py pack (npz) holding the model's runs.")
@@ -40,17 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--work", default="runs/hybrid-normalisations", help="Where nori's local index goes.")
     p.add_argument("--md", default=None, help="Markdown results (a JSON beside it).")
     args = p.parse_args(argv)
-    from opensearch_lsr.evaluation.datasets import load_beir
-    from opensearch_lsr.resources import shared_data_dir
-
-    if args.data is None:
-        if shared_data_dir() is None:
-            raise SystemExit("no shared data folder beside the repository: pass --data DIR")
-        args.data = str(shared_data_dir() / "msmarco-ko")
-
-    sets, dev = _query_sets(args.data)
-    train = load_beir(args.data, "train")
-    qrels = {"dev": dev.qrels, "holdout": {q: train.qrels[q] for q in sets["holdout"][0]}}
+    args.data, sets, dev, qrels = dev_and_holdout(args.data)
     doc_ids = list(dev.corpus)
     pack = np.load(args.pack)
     model = {name: _ranked(pack[f"{args.model}__{name}_idx"], pack[f"{args.model}__{name}_score"], sets[name][0],

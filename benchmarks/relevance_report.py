@@ -19,6 +19,22 @@ def _ranked(idx: np.ndarray, val: np.ndarray, qids: list[str], doc_ids: list[str
     return {q: [(doc_ids[i], float(v)) for i, v in zip(idx[r], val[r]) if i >= 0] for r, q in enumerate(qids)}
 
 
+def dev_and_holdout(data: str | None) -> tuple[str, dict, object, dict]:
+    """MS MARCO-ko (``data``, default the shared data's): its folder, the dev and held-out query sets
+    (``{name: (ids, texts)}``), the dev dataset and both sets' judgements."""
+    from opensearch_lsr.evaluation.datasets import load_beir
+    from opensearch_lsr.resources import shared_data_dir
+    from relevance_recipes import _query_sets
+
+    if data is None:
+        if shared_data_dir() is None:
+            raise SystemExit("no shared data folder beside the repository: pass --data DIR")
+        data = str(shared_data_dir() / "msmarco-ko")
+    sets, dev = _query_sets(data)
+    train = load_beir(data, "train")
+    return data, sets, dev, {"dev": dev.qrels, "holdout": {q: train.qrels[q] for q in sets["holdout"][0]}}
+
+
 def _as_run(ranked: dict[str, list]) -> dict[str, dict[str, float]]:
     return {q: {d: float(len(hits) - i) for i, (d, _) in enumerate(hits)} for q, hits in ranked.items()}
 
