@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", required=True, help="Two or more trained inference-free model dirs.")
     p.add_argument("--weights", default="0.5,0.75,1,1.25,1.5",
-                   help="Scales tried for each model after the first in the summed field [%(default)s].")
+                   help="Scales tried for each model after the first in the summed field (1 is always tried) "
+                        "[%(default)s].")
     p.add_argument("--techniques", default="min_max,z_score,l2", help="Fusions tried for the multi-sub-query hybrid.")
     p.add_argument("--data", default=None, help="MS MARCO-ko dir [default: the shared data's msmarco-ko].")
     p.add_argument("--work", default="runs/hybrid-ensembles", help="Where nori's local index goes.")
@@ -150,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
     encode_s = time.perf_counter() - t0
     # scores[i][split][q, d] = model i's documents under model i's own queries / under the first model's queries
     own = [{s: (queries[s] @ docs.T).toarray().astype(np.float32) for s in SPLITS} for _, docs, queries in encoded]
-    first = [{s: (encoded[0][2][s] @ docs.T).toarray().astype(np.float32) for s in SPLITS} for _, docs, _ in encoded]
+    first = own[:1] + [{s: (encoded[0][2][s] @ docs.T).toarray().astype(np.float32) for s in SPLITS}
+                       for _, docs, _ in encoded[1:]]
 
     def measure(label: str, scores: dict) -> dict:
         runs = {s: _top100(scores[s], sets[s][0], doc_ids) for s in SPLITS}
@@ -159,12 +161,13 @@ def main(argv: list[str] | None = None) -> dict:
                 "hybrid": _hybrid(bm25, runs, qrels["holdout"], qrels["dev"])}
 
     rows = [measure(f"`{n}` alone", own[i]) for i, n in enumerate(names)]
-    scales = [float(w) for w in args.weights.split(",")]
+    scales = sorted({1.0, *(float(w) for w in args.weights.split(","))})  # the equal-weight sum is always tried
     for query_side, scores in (("the first model's query tokens", first), ("each model's own query tokens", own)):
-        tried = [measure(f"sum, {query_side}, scales {'/'.join(f'{w:g}' for w in (1.0, *ws))}",
-                         {s: sum(w * sc[s] for w, sc in zip((1.0, *ws), scores)) for s in SPLITS})
-                 for ws in itertools.product(scales, repeat=len(names) - 1)]
-        equal = next(r for r, ws in zip(tried, itertools.product(scales, repeat=len(names) - 1)) if set(ws) == {1.0})
+        tried = {ws: measure(f"sum, {query_side}, scales {'/'.join(f'{w:g}' for w in (1.0, *ws))}",
+                             {s: sum(w * sc[s] for w, sc in zip((1.0, *ws), scores)) for s in SPLITS})
+                 for ws in itertools.product(scales, repeat=len(names) - 1)}
+        equal = tried[(1.0,) * (len(names) - 1)]
+        tried = list(tried.values())
         by_alone = max(tried, key=lambda r: r["holdout_mrr@10"])
         by_hybrid = max(tried, key=lambda r: r["hybrid"]["holdout_mrr@10"])
         rows.append(equal)
