@@ -48,6 +48,7 @@ import torch
 
 from ..contract import FLOAT_MIN_NORMAL, MAX_LENGTH, decode_keys, special_token_ids
 from .sparse_vector import SparseVector
+from .word_cache import DEFAULT_MAX_WORDS
 
 __all__ = [
     "Precision",
@@ -275,7 +276,7 @@ class SparseDocumentEncoder:
             from .token_ids import OnceTokenizer
 
             self._once = OnceTokenizer(self.tokenizer, self.max_length,
-                                       getattr(self.tokenizer, "truncation_side", "right"))
+                                       getattr(self.tokenizer, "truncation_side", "right"), self.tokenizer_word_cache)
         return self._once
 
     def tokenize_async(self, texts: Sequence[str]) -> Future:
@@ -499,6 +500,8 @@ class SparseDocumentEncoder:
     #: on CUDA, the tokenizer's processes and its Rust threads in all [default: ``.tokenizer_process``'s]
     tokenizer_processes: int | None = None
     tokenizer_threads: int | None = None
+    #: space-separated chunks whose ids the tokenizer remembers (``.word_cache``; per tokenizer process), 0 for none
+    tokenizer_word_cache: int = DEFAULT_MAX_WORDS
 
     def _encode_packed(self, texts: Sequence[str]) -> list[SparseVector]:
         dropped = self.runner.stats.nonfinite_dropped

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..contract import rust_tokenizer
+from .word_cache import DEFAULT_MAX_WORDS, WordIdsCache, splits_at_spaces
 
 __all__ = ["TokenizedTexts", "OnceTokenizer", "concat_tokenized"]
 
@@ -86,9 +87,12 @@ class OnceTokenizer:
             :func:`opensearch_lsr.contract.rust_tokenizer` takes).
         max_length: the cap, special tokens included.
         truncation_side: ``"right"`` (DJL, the default of every BERT-family tokenizer) or ``"left"``.
+        word_cache: the most space-separated chunks whose ids are remembered (:mod:`.word_cache`; the same ids,
+            fewer Rust calls), for tokenizers that allow it; 0 tokenizes every text in full.
     """
 
-    def __init__(self, tokenizer: Any, max_length: int, truncation_side: str = "right") -> None:
+    def __init__(self, tokenizer: Any, max_length: int, truncation_side: str = "right",
+                 word_cache: int = DEFAULT_MAX_WORDS) -> None:
         from tokenizers import Tokenizer
 
         if truncation_side not in ("right", "left"):
@@ -103,10 +107,13 @@ class OnceTokenizer:
             raise ValueError(f"max_length {max_length} leaves no room for tokens")
         self.truncation_side = truncation_side
         self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        self.word_cache = WordIdsCache(word_cache) if word_cache > 0 and splits_at_spaces(self._tok) else None
 
     def __call__(self, texts: Sequence[str]) -> TokenizedTexts:
         if isinstance(texts, str):
             raise TypeError("expected a list of texts, not a single string")
+        if self.word_cache is not None:
+            return self._finish(*self.word_cache(texts, self._tok))
         encs = self._encode(list(texts), add_special_tokens=False)
         raw_lens = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         raw = np.fromiter((i for e in encs for i in e.ids), dtype=np.int64, count=int(raw_lens.sum()))

@@ -1,0 +1,104 @@
+"""Token ids memoised per space-separated chunk (``encoding/word_cache.py``) equal the Rust tokenizer's."""
+from __future__ import annotations
+
+import json
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from opensearch_lsr.encoding.token_ids import OnceTokenizer
+from opensearch_lsr.encoding.word_cache import WordIdsCache, splits_at_spaces
+
+
+def _same(a, b) -> None:
+    assert np.array_equal(a.ids, b.ids)
+    assert np.array_equal(a.lengths, b.lengths)
+    assert np.array_equal(a.full_lengths, b.full_lengths)
+
+
+@pytest.fixture(scope="module")
+def korean_texts(shared_data):
+    return [json.loads(line)["text"] for line in open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8")]
+
+
+@pytest.mark.parametrize("which", ["kobigbird", "splade-tiny"])
+def test_cached_ids_equal_the_rust_tokenizer_on_the_korean_corpus(which, korean_texts, shared_data, splade_tiny_dir):
+    path = str(shared_data / "kobigbird-bert-base-tokenizer") if which == "kobigbird" else str(splade_tiny_dir)
+    plain, cached = OnceTokenizer(path, 512, word_cache=0), OnceTokenizer(path, 512)
+    assert plain.word_cache is None and cached.word_cache is not None
+    texts = korean_texts + [" ".join(korean_texts[:40])]  # one over the cap
+    for _ in range(2):  # filling the cache, then from it
+        for at in range(0, len(texts), 1024):
+            _same(cached(texts[at:at + 1024]), plain(texts[at:at + 1024]))
+    cache = cached.word_cache
+    assert 0 < len(cache) < cache.lookups / 2
+    before = cache.tokenized
+    cached(texts[:500])
+    assert cache.tokenized == before  # seen texts need no tokenizing
+
+
+_ALPHABET = list("ab AB  \t\n\r.,!?-'#[]()0123") + ["##", "[SEP]", "[UNK]", "[MASK]", "\x00", "\x1c", "\x85", "\u00a0",
+                                                     "\u3000", "\u2028", "\u200b", "\ufeff", "\ufffd", "\u0301", "\u0308",
+                                                     "e\u0301", "\u00e9", "\u00b4", "\u212b", "\ufb01", "\u4e2d", "\u6587",
+                                                     "\u1100", "\u1161", "\uac00", "\ud55c\uad6d", "\uc5b4", "\U0001f600",
+                                                     "x" * 120, "\uac00" * 60]
+
+
+@pytest.mark.parametrize("which", ["kobigbird", "splade-tiny"])
+def test_cached_ids_equal_on_random_unicode_with_a_tiny_cache(which, shared_data, splade_tiny_dir):
+    path = str(shared_data / "kobigbird-bert-base-tokenizer") if which == "kobigbird" else str(splade_tiny_dir)
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(_ALPHABET) for _ in range(rng.randint(0, 60))) for _ in range(1500)]
+    plain, cached = OnceTokenizer(path, 64, word_cache=0), OnceTokenizer(path, 64, word_cache=50)
+    for at in range(0, len(texts), 100):
+        _same(cached(texts[at:at + 100]), plain(texts[at:at + 100]))
+        assert len(cached.word_cache) <= 50
+    _same(cached(texts), plain(texts))
+    _same(cached([]), plain([]))
+
+
+def test_a_pickled_tokenizer_keeps_its_cache_and_works(splade_tiny_dir):
+    once = OnceTokenizer(str(splade_tiny_dir), 128)
+    first = once(["the cat sat", "the dog sat"])
+    copy = pickle.loads(pickle.dumps(once))
+    assert len(copy.word_cache) == len(once.word_cache) == 4
+    _same(copy(["the cat sat", "the dog sat"]), first)
+    assert copy.word_cache.tokenized == once.word_cache.tokenized
+
+
+def test_which_tokenizers_split_at_spaces(splade_tiny_dir, shared_data):
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    from opensearch_lsr.contract import rust_tokenizer
+
+    assert splits_at_spaces(rust_tokenizer(str(splade_tiny_dir)))
+    assert splits_at_spaces(rust_tokenizer(str(shared_data / "kobigbird-bert-base-tokenizer")))
+
+    def make(pre, norm=None, added=()):
+        tok = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+        tok.pre_tokenizer = pre
+        if norm is not None:
+            tok.normalizer = norm
+        tok.add_tokens(list(added))
+        return tok
+
+    assert splits_at_spaces(make(pre_tokenizers.BertPreTokenizer(), normalizers.BertNormalizer()))
+    assert splits_at_spaces(make(pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                          pre_tokenizers.Digits()])))
+    assert not splits_at_spaces(make(pre_tokenizers.Metaspace()))  # SentencePiece keeps the space in "▁"
+    assert not splits_at_spaces(make(pre_tokenizers.ByteLevel()))  # byte-level BPE keeps it in "Ġ"
+    assert not splits_at_spaces(make(pre_tokenizers.Digits()))  # nothing drops the space
+    assert not splits_at_spaces(make(pre_tokenizers.Whitespace(), normalizers.Replace("_", " ")))
+    assert not splits_at_spaces(make(pre_tokenizers.Whitespace(), added=["new york"]))
+
+
+def test_a_tokenizer_that_keeps_spaces_is_not_cached(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "▁a": 1, "▁b": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    assert OnceTokenizer(tok, 16).word_cache is None
+    with pytest.raises(ValueError, match="max_words"):
+        WordIdsCache(0)
