@@ -356,13 +356,15 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             res["speedup_packed_over_reference"] = round(res["packed"]["docs_per_s"] / res["reference"]["docs_per_s"],
                                                          2)
 
-    def variant(key: str, compile, tokenizer: tuple[int, int | None] | None = None) -> None:
-        """The packed path with another ``compile`` setting or another tokenizer layout (processes, threads in
-        all): rate, distance to the default, GPU profile."""
+    def variant(key: str, compile, tokenizer: tuple[int, int | None] | None = None, word_cache: int | None = None):
+        """The packed path with another ``compile`` setting, another tokenizer layout (processes, threads in
+        all) or another word cache size: rate, distance to the default, GPU profile."""
         enc = SparseDocumentEncoder(model, device=str(device), batching="packed", compile=compile,
                                     max_batch_tokens=32768 if device.type == "cuda" else None)
         if tokenizer is not None:
             enc.tokenizer_processes, enc.tokenizer_threads = tokenizer
+        if word_cache is not None:
+            enc.tokenizer_word_cache = word_cache
         _, warm = timed(device, enc.encode, texts[:2048])
         _, t = timed(device, enc.encode, texts)
         row = res[key] = {"precision": enc.precision, "compiled": getattr(enc.runner.model, "compiled", False),
@@ -370,6 +372,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
                           "warm_up_s": round(warm, 1)}
         if tokenizer is not None:
             row["tokenizer"] = {"processes": tokenizer[0], "threads": tokenizer[1] or default_tokenizer_threads()}
+        if word_cache is not None:
+            row["word_cache"] = word_cache
         row["vs_packed"] = exactness(new.encode(subset), enc.encode(subset))  # same precision
         busy = gpu_busy_share(enc, texts)
         if busy:
@@ -393,6 +397,12 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         """The default compile setting with the tokenizer's threads spread over several processes."""
         procs, _, threads = spec.partition("x")
         variant(f"packed_tok{spec}", default_compiled, (int(procs), int(threads) if threads else None))
+
+    def word_cache():
+        """The default without the tokenizer's word cache (every text through the Rust tokenizer)."""
+        variant("packed_nocache", default_compiled, word_cache=0)
+        if "packed" in res:
+            res["packed_over_nocache"] = round(res["packed"]["docs_per_s"] / res["packed_nocache"]["docs_per_s"], 2)
 
     def packed_fp32():
         enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
@@ -469,7 +479,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
 
     plain = (("reference", reference), ("packed", packed), ("instrumentation", instrumentation),
-             ("packed_other", packed_other), ("packed_block", packed_block), ("packed_norm", packed_norm))
+             ("packed_other", packed_other), ("packed_block", packed_block), ("packed_norm", packed_norm),
+             ("word_cache", word_cache))
     tokenizer_rows = [("tokenizer_processes", f"packed_tok{spec}", lambda spec=spec: tokenizer_processes(spec))
                       for spec in args.tokenizer_processes]
     rest = (("packed_fp32", packed_fp32), ("segment_max", segment_max), ("budgets", budgets), ("exactness", exact),
@@ -483,7 +494,9 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
 def _setup(res: dict, model: str, texts: list[str], device: torch.device, args: argparse.Namespace) -> None:
     probe = SparseDocumentEncoder(model, device="cpu", precision="fp32", batching="packed")
     lengths = probe.once_tokenizer(texts).lengths
-    res.update({"docs": len(texts), "real_tokens": int(lengths.sum()), "mean_tokens": round(float(lengths.mean()), 1),
+    chunks = [c for t in texts for c in t.split(" ")]
+    res.update({"chunk_repeat_share": round(1 - len(set(chunks)) / len(chunks), 3),  # the word cache's best hit share
+                "docs": len(texts), "real_tokens": int(lengths.sum()), "mean_tokens": round(float(lengths.mean()), 1),
                 "flops_per_token": flops_per_token(probe.model),
                 "padded_share_ref": padded_share(lengths, 256, args.batch_size)})
 
@@ -501,7 +514,8 @@ def markdown(result: dict) -> str:
                   f"{r.get('flops_per_token', 0) / 1e6:.0f} MFLOP per token", "",
                   "| path | docs/s | tokens/s | model TFLOP/s | % of peak | padded tokens |", "|---|---|---|---|---|---|"]
         tok_keys = sorted(k for k in r if k.startswith("packed_tok"))
-        for key in ("reference", "packed", "packed_other", "packed_block", "packed_norm", *tok_keys, "packed_fp32"):
+        for key in ("reference", "packed", "packed_other", "packed_block", "packed_norm", "packed_nocache", *tok_keys,
+                    "packed_fp32"):
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
                 tok = row.get("tokenizer") or {}
@@ -516,11 +530,15 @@ def markdown(result: dict) -> str:
                                          f"{'--compile' if row.get('compiled') else '--no-compile'}",
                          "packed_block": f"packed ({row.get('precision')}), compile=\"block\"",
                          "packed_norm": f"packed ({row.get('precision')}), compile=\"norm\"",
+                         "packed_nocache": f"packed ({row.get('precision')}), no word cache",
                          "packed_fp32": "packed (fp32)"}[key]
                 lines.append(f"| {label} | {row['docs_per_s']:,} | {row['tokens_per_s']:,} | {row['model_tflops']} | "
                              f"{row['pct_of_peak']} | {row.get('padded_share', 0.0):.1%} |")
         lines.append("")
         facts = [("packed / reference", r.get("speedup_packed_over_reference")),
+                 ("packed / packed without the word cache", r.get("packed_over_nocache")),
+                 ("chunks seen before, in corpus order (the word cache's best hit share)", r.get("chunk_repeat_share")),
+                 ("GPU busy share, no word cache", (r.get("packed_nocache") or {}).get("gpu_busy_share")),
                  ("GPU busy share (packed)", r.get("gpu_busy_share")),
                  ("GPU profile of the packed encode (whole corpus)", r.get("gpu_profile")),
                  ("GPU profile of the packed encode, the other --compile setting",
@@ -567,7 +585,7 @@ def main(argv: list[str] | None = None) -> dict:
                    help="Rows with the tokenizer in P processes ('P', or 'PxT' for T threads in all) [default: 1, "
                         "the layout before four processes became the default].")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
-    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, tokenizer_processes, packed_fp32, instrumentation, "
+    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, word_cache, tokenizer_processes, packed_fp32, instrumentation, "
                         "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run), mrr.")
     args = p.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

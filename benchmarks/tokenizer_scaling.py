@@ -30,7 +30,7 @@ sys.path.insert(0, {root!r})
 from opensearch_lsr.encoding.token_ids import OnceTokenizer
 from opensearch_lsr.encoding.tokenizer_process import TokenizerProcess
 texts = [json.loads(line)["text"] for line in open({corpus!r}, encoding="utf-8")][:{limit}]
-once = OnceTokenizer({model!r}, {max_length})
+once = OnceTokenizer({model!r}, {max_length}, word_cache=0)  # the Rust tokenizer alone: repeats would hit the cache
 def best(fn):
     fn(texts[:256])
     times = []

@@ -26,8 +26,9 @@ import numpy as np
 
 __all__ = ["WordIdsCache", "splits_at_spaces", "DEFAULT_MAX_WORDS"]
 
-#: distinct chunks remembered per tokenizer (per process); about 150 bytes each with their ids. Chunks first
-#: seen after the cache is full are tokenized every time (by Zipf's law the frequent ones came early).
+#: distinct chunks remembered per tokenizer (per process): 200-250 bytes each with their ids on the Korean corpus,
+#: so at most about 250 MB. Chunks first seen after the cache is full are tokenized every time (by Zipf's law the
+#: frequent ones came early).
 DEFAULT_MAX_WORDS = 1_000_000
 
 # normalizers that map characters one by one (no pattern replacement, no stripping, no prepending)
@@ -159,15 +160,16 @@ class WordIdsCache:
         per_text = np.fromiter(map(len, chunks), np.int64, count=len(chunks))
         flat = list(itertools.chain.from_iterable(chunks))
         with self._lock:
-            found = list(map(self._index.get, flat))
-            missing = list(dict.fromkeys(w for w, i in zip(flat, found) if i is None))
+            word = np.fromiter(map(self._index.get, flat, itertools.repeat(-1)), np.int64, count=len(flat))
+            unknown = np.flatnonzero(word < 0)
+            missing = list(dict.fromkeys(flat[k] for k in unknown.tolist()))
             self.lookups += len(flat)
             self.tokenized += len(missing)
             first = len(self._index)
             if missing:
                 self._append(missing, *chunk_ids(tokenizer, missing))
-                found = list(map(self._index.get, flat))
-            word = np.fromiter(found, np.int64, count=len(flat))
+                word[unknown] = np.fromiter(map(self._index.__getitem__, (flat[k] for k in unknown.tolist())),
+                                            np.int64, count=len(unknown))
             lens = self._len[word]
             starts = self._start[word]
             within = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)

@@ -26,5 +26,8 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     assert set(row["stage_ms_per_batch"]) == {"copy_in", "body", "head_max", "sparsify_copy_out"}
     tok = row["packed_tok2x2"]  # on CPU the encoder tokenizes in a thread: the row runs, the layout is recorded
     assert tok["tokenizer"] == {"processes": 2, "threads": 2} and tok["vs_packed"]["max_abs_dw"] == 0.0
+    nocache = row["packed_nocache"]  # the default without the tokenizer's word cache: same vectors
+    assert nocache["word_cache"] == 0 and nocache["vs_packed"]["max_abs_dw"] == 0.0 and row["packed_over_nocache"] > 0
+    assert 0 < row["chunk_repeat_share"] < 1
     text = md.read_text()
-    assert "tokenizer 2 processes x 2 threads" in text and "padded reference" in text and "packed" in text and result["machine"]["commit"]
+    assert "tokenizer 2 processes x 2 threads" in text and "no word cache" in text and "padded reference" in text and "packed" in text and result["machine"]["commit"]

@@ -1,0 +1,29 @@
+"""``benchmarks/word_cache.py``: both tokenizers, both passes, the Heaps fit, on a slice of the corpus."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_word_cache_benchmark_measures_both_passes(shared_data, splade_tiny_dir, tmp_path):
+    spec = importlib.util.spec_from_file_location("word_cache_bench", ROOT / "benchmarks" / "word_cache.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    module.main(["--models", "kobigbird", str(splade_tiny_dir), "--limit", "300", "--window", "100",
+                 "--out", str(out), "--md", str(md)])
+    result = json.loads(out.read_text())
+    assert result["docs"] == 300 and result["run"]["commit"]
+    for r in result["models"].values():
+        first, last_quarter, replay = r["passes"]
+        assert first["docs"] == replay["docs"] == 300 and last_quarter["docs"] == 100
+        assert 0 < first["hit_share"] < 1 and replay["hit_share"] == 1.0  # the second pass is all remembered
+        assert first["rust_docs_per_s"] > 0 and replay["cached_docs_per_s"] > 0
+        assert 0 < r["chunks_remembered"] < 300 * 60 and r["bytes_per_chunk"] > 50
+    assert r["tokens_per_doc"] > result["models"]["kobigbird"]["tokens_per_doc"]  # SPLADE-tiny splits Hangul to jamo
+    heaps = result["heaps"]
+    assert 0.3 < heaps["beta"] < 1 and heaps["projected"]["1e+06"]["hit_share"] > heaps["projected"]["1e+05"]["hit_share"]
+    assert "second (replay)" in md.read_text()
