@@ -69,8 +69,9 @@ def heaps(texts: list[str]) -> dict:
 
 def measure(path: str, texts: list[str], window: int) -> dict:
     from opensearch_lsr.encoding.token_ids import OnceTokenizer
+    from opensearch_lsr.encoding.word_cache import MIN_IDS_PER_CHUNK
 
-    plain, cached = OnceTokenizer(path, 512, word_cache=0), OnceTokenizer(path, 512)
+    plain, cached = OnceTokenizer(path, 512, word_cache=0), OnceTokenizer(path, 512, min_ids_per_chunk=0)
     if cached.word_cache is None:
         return {"eligible": False}
     cache = cached.word_cache
@@ -118,6 +119,8 @@ def measure(path: str, texts: list[str], window: int) -> dict:
         else:
             out["passes"].append(row("second (replay)", slice(None)))
     out["tokens_per_doc"] = round(tokens / (2 * len(texts)), 1)
+    out["ids_per_chunk"] = round(tokens / (2 * sum(t.count(" ") + 1 for t in texts)), 2)
+    out["on_by_default"] = out["ids_per_chunk"] >= MIN_IDS_PER_CHUNK
     out["chunks_remembered"] = len(cache)
     out["cache_bytes"] = cache_bytes(cache)
     out["bytes_per_chunk"] = round(out["cache_bytes"] / max(1, len(cache)))
@@ -132,13 +135,14 @@ def markdown(result: dict) -> str:
     rows = []
     for name, r in result["models"].items():
         if not r.get("eligible"):
-            rows.append([name, "not eligible", None, None, None, None, None])
+            rows.append([name, "not eligible", None, None, None, None, None, None])
             continue
         for p in r["passes"]:
-            rows.append([name, p["pass"], r["tokens_per_doc"], p["rust_docs_per_s"], p["cached_docs_per_s"],
+            rows.append([f"{name} ({r['ids_per_chunk']:.1f} ids per chunk, cache {'on' if r['on_by_default'] else 'off'}"
+                         " by default)", p["pass"], r["tokens_per_doc"], p["rust_docs_per_s"], p["cached_docs_per_s"],
                          f"{p['ratio']:.2f}x", p["hit_share"]])
     lines.append(harness.markdown_table(["tokenizer", "pass", "tokens / doc", "Rust docs/s", "cached docs/s",
-                                         "cached / Rust", "hit share"], rows))
+                                         "cached / Rust", "hit share"], rows, floats=".1f"))
     mem = [f"{name}: {r['chunks_remembered']:,} chunks, {r['cache_bytes'] / 2**20:.1f} MiB ({r['bytes_per_chunk']} "
            "bytes each)" for name, r in result["models"].items() if r.get("eligible")]
     h = result["heaps"]

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..contract import rust_tokenizer
-from .word_cache import DEFAULT_MAX_WORDS, WordIdsCache, splits_at_spaces
+from .word_cache import DEFAULT_MAX_WORDS, MIN_IDS_PER_CHUNK, PROBE_CHUNKS, WordIdsCache, splits_at_spaces
 
 __all__ = ["TokenizedTexts", "OnceTokenizer", "concat_tokenized"]
 
@@ -89,10 +89,12 @@ class OnceTokenizer:
         truncation_side: ``"right"`` (DJL, the default of every BERT-family tokenizer) or ``"left"``.
         word_cache: the most space-separated chunks whose ids are remembered (:mod:`.word_cache`; the same ids,
             fewer Rust calls), for tokenizers that allow it; 0 tokenizes every text in full.
+        min_ids_per_chunk: the cache is used once the first texts (:data:`~.word_cache.PROBE_CHUNKS` chunks,
+            tokenized in full) average at least this many ids per chunk; 0 uses it from the first call.
     """
 
     def __init__(self, tokenizer: Any, max_length: int, truncation_side: str = "right",
-                 word_cache: int = DEFAULT_MAX_WORDS) -> None:
+                 word_cache: int = DEFAULT_MAX_WORDS, min_ids_per_chunk: float = MIN_IDS_PER_CHUNK) -> None:
         from tokenizers import Tokenizer
 
         if truncation_side not in ("right", "left"):
@@ -108,16 +110,36 @@ class OnceTokenizer:
         self.truncation_side = truncation_side
         self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         self.word_cache = WordIdsCache(word_cache) if word_cache > 0 and splits_at_spaces(self._tok) else None
+        self.min_ids_per_chunk = float(min_ids_per_chunk)
+        #: ``[ids, chunks]`` of the texts tokenized in full while the cache's use is undecided (None: decided)
+        self.probe: list[int] | None = [0, 0] if self.word_cache is not None and min_ids_per_chunk > 0 else None
 
     def __call__(self, texts: Sequence[str]) -> TokenizedTexts:
         if isinstance(texts, str):
             raise TypeError("expected a list of texts, not a single string")
-        if self.word_cache is not None:
+        if self.word_cache is not None and self.probe is None:
             return self._finish(*self.word_cache(texts, self._tok))
+        raw, raw_lens = self.rust_ids(texts)
+        if self.probe is not None:
+            self._decide(int(raw_lens.sum()), sum(t.count(" ") + 1 for t in texts))
+        return self._finish(raw, raw_lens)
+
+    def rust_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every text's ids from the Rust tokenizer (no cache, no special tokens, untruncated; flat) and their
+        counts."""
         encs = self._encode(list(texts), add_special_tokens=False)
         raw_lens = np.fromiter((len(e.ids) for e in encs), dtype=np.int64, count=len(encs))
         raw = np.fromiter((i for e in encs for i in e.ids), dtype=np.int64, count=int(raw_lens.sum()))
-        return self._finish(raw, raw_lens)
+        return raw, raw_lens
+
+    def _decide(self, ids: int, chunks: int) -> None:
+        """Count a call into the probe; once it holds enough chunks, keep the cache or drop it."""
+        self.probe[0] += ids
+        self.probe[1] += chunks
+        if self.probe[1] >= PROBE_CHUNKS:
+            if self.probe[0] < self.min_ids_per_chunk * self.probe[1]:
+                self.word_cache = None
+            self.probe = None
 
     def _finish(self, raw: np.ndarray, raw_lens: np.ndarray) -> TokenizedTexts:
         """Truncate each text's ids to the budget and wrap them in the template, all vectorised."""

@@ -62,6 +62,10 @@ def _tokenize(texts: list[str]) -> TokenizedTexts:
     return _ONCE(texts)  # type: ignore[misc]
 
 
+def _warm(texts: list[str]) -> None:
+    _ONCE.rust_ids(texts)  # type: ignore[union-attr] - the Rust pool, without counting in the word cache's probe
+
+
 def _joined(parts: list[Future]) -> Future:
     """One future of the slices' results concatenated in order (the first failure, if one fails)."""
     joined: Future = Future()
@@ -99,7 +103,7 @@ class TokenizerProcess:
         self._pool = ProcessPoolExecutor(self.processes, mp_context=mp.get_context("spawn"), initializer=_init,
                                          initargs=(once, max(1, self.threads // self.processes)))
         # every process and its imports now, not in a job's clock (one task each while the others are busy)
-        for f in [self._pool.submit(_tokenize, ["start"] * 4096) for _ in range(self.processes)]:
+        for f in [self._pool.submit(_warm, ["start"] * 4096) for _ in range(self.processes)]:
             f.result()
 
     def submit(self, texts: Sequence[str]) -> Future:

@@ -24,12 +24,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WordIdsCache", "splits_at_spaces", "DEFAULT_MAX_WORDS"]
+__all__ = ["WordIdsCache", "splits_at_spaces", "DEFAULT_MAX_WORDS", "MIN_IDS_PER_CHUNK", "PROBE_CHUNKS"]
 
 #: distinct chunks remembered per tokenizer (per process): 200-250 bytes each with their ids on the Korean corpus,
 #: so at most about 250 MB. Chunks first seen after the cache is full are tokenized every time (by Zipf's law the
 #: frequent ones came early).
 DEFAULT_MAX_WORDS = 1_000_000
+
+#: the cache is used once a tokenizer's first :data:`PROBE_CHUNKS` chunks average at least this many ids. On the
+#: Korean corpus the shared kobigbird vocabulary gives 2.2 ids per chunk and gains nothing while the cache fills
+#: (0.8-1.1x with one or two Rust threads), SPLADE-tiny's uncased English one 5.8 (1.3-1.8x); a replayed corpus
+#: gains 2-9x with either (``benchmarks/results/word_cache.md``).
+MIN_IDS_PER_CHUNK = 4.0
+PROBE_CHUNKS = 20_000
 
 # normalizers that map characters one by one (no pattern replacement, no stripping, no prepending)
 _CHAR_NORMALIZERS = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}

@@ -23,7 +23,9 @@ def test_word_cache_benchmark_measures_both_passes(shared_data, splade_tiny_dir,
         assert 0 < first["hit_share"] < 1 and replay["hit_share"] == 1.0  # the second pass is all remembered
         assert first["rust_docs_per_s"] > 0 and replay["cached_docs_per_s"] > 0
         assert 0 < r["chunks_remembered"] < 300 * 60 and r["bytes_per_chunk"] > 50
-    assert r["tokens_per_doc"] > result["models"]["kobigbird"]["tokens_per_doc"]  # SPLADE-tiny splits Hangul to jamo
+    kobigbird = result["models"]["kobigbird"]
+    assert r["tokens_per_doc"] > kobigbird["tokens_per_doc"]  # SPLADE-tiny splits Hangul to jamo
+    assert r["on_by_default"] and not kobigbird["on_by_default"] and r["ids_per_chunk"] > 4 > kobigbird["ids_per_chunk"]
     heaps = result["heaps"]
     assert 0.3 < heaps["beta"] < 1 and heaps["projected"]["1e+06"]["hit_share"] > heaps["projected"]["1e+05"]["hit_share"]
     assert "second (replay)" in md.read_text()

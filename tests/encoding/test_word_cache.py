@@ -26,8 +26,8 @@ def korean_texts(shared_data):
 @pytest.mark.parametrize("which", ["kobigbird", "splade-tiny"])
 def test_cached_ids_equal_the_rust_tokenizer_on_the_korean_corpus(which, korean_texts, shared_data, splade_tiny_dir):
     path = str(shared_data / "kobigbird-bert-base-tokenizer") if which == "kobigbird" else str(splade_tiny_dir)
-    plain, cached = OnceTokenizer(path, 512, word_cache=0), OnceTokenizer(path, 512)
-    assert plain.word_cache is None and cached.word_cache is not None
+    plain, cached = OnceTokenizer(path, 512, word_cache=0), OnceTokenizer(path, 512, min_ids_per_chunk=0)
+    assert plain.word_cache is None and cached.word_cache is not None and cached.probe is None
     texts = korean_texts + [" ".join(korean_texts[:40])]  # one over the cap
     for _ in range(2):  # filling the cache, then from it
         for at in range(0, len(texts), 1024):
@@ -51,7 +51,7 @@ def test_cached_ids_equal_on_random_unicode_with_a_tiny_cache(which, shared_data
     path = str(shared_data / "kobigbird-bert-base-tokenizer") if which == "kobigbird" else str(splade_tiny_dir)
     rng = random.Random(7)
     texts = ["".join(rng.choice(_ALPHABET) for _ in range(rng.randint(0, 60))) for _ in range(1500)]
-    plain, cached = OnceTokenizer(path, 64, word_cache=0), OnceTokenizer(path, 64, word_cache=50)
+    plain, cached = OnceTokenizer(path, 64, word_cache=0), OnceTokenizer(path, 64, word_cache=50, min_ids_per_chunk=0)
     for at in range(0, len(texts), 100):
         _same(cached(texts[at:at + 100]), plain(texts[at:at + 100]))
         assert len(cached.word_cache) <= 50
@@ -60,7 +60,7 @@ def test_cached_ids_equal_on_random_unicode_with_a_tiny_cache(which, shared_data
 
 
 def test_a_pickled_tokenizer_keeps_its_cache_and_works(splade_tiny_dir):
-    once = OnceTokenizer(str(splade_tiny_dir), 128)
+    once = OnceTokenizer(str(splade_tiny_dir), 128, min_ids_per_chunk=0)
     first = once(["the cat sat", "the dog sat"])
     copy = pickle.loads(pickle.dumps(once))
     assert len(copy.word_cache) == len(once.word_cache) == 4
@@ -102,3 +102,22 @@ def test_a_tokenizer_that_keeps_spaces_is_not_cached(tmp_path):
     assert OnceTokenizer(tok, 16).word_cache is None
     with pytest.raises(ValueError, match="max_words"):
         WordIdsCache(0)
+
+
+def test_the_cache_is_kept_only_where_chunks_average_enough_ids(korean_texts, shared_data, splade_tiny_dir):
+    """The first PROBE_CHUNKS chunks go through the Rust tokenizer and decide: Korean through SPLADE-tiny's uncased
+    English vocabulary (jamo, 5.8 ids per chunk) keeps the cache, through the Korean kobigbird one (2.2) drops it."""
+    from opensearch_lsr.encoding.word_cache import PROBE_CHUNKS
+
+    windows = [korean_texts[at:at + 256] for at in range(0, 2048, 256)]
+    for path, kept in ((str(splade_tiny_dir), True), (str(shared_data / "kobigbird-bert-base-tokenizer"), False)):
+        plain, once = OnceTokenizer(path, 512, word_cache=0), OnceTokenizer(path, 512)
+        chunks = 0
+        for part in windows:
+            _same(once(part), plain(part))
+            chunks += sum(t.count(" ") + 1 for t in part)
+            if chunks < PROBE_CHUNKS:  # undecided: every text tokenized in full, nothing remembered yet
+                assert once.probe is not None and len(once.word_cache) == 0
+        assert once.probe is None and (once.word_cache is not None) == kept
+        if kept:
+            assert len(once.word_cache) > 0  # the windows after the probe went through the cache
