@@ -67,6 +67,13 @@ def heaps(texts: list[str]) -> dict:
             "projected": projected}
 
 
+def timed(fn, arg):
+    """``(fn(arg), seconds)``."""
+    t0 = time.perf_counter()
+    out = fn(arg)
+    return out, time.perf_counter() - t0
+
+
 def measure(path: str, texts: list[str], window: int) -> dict:
     from opensearch_lsr.encoding.token_ids import OnceTokenizer
     from opensearch_lsr.encoding.word_cache import MIN_IDS_PER_CHUNK
@@ -85,21 +92,11 @@ def measure(path: str, texts: list[str], window: int) -> dict:
         for k, part in enumerate(windows):
             looked, tokenized = cache.lookups, cache.tokenized
             if k % 2:  # which path goes first alternates
-                t0 = time.perf_counter()
-                want = plain(part)
-                t1 = time.perf_counter()
-                got = cached(part)
-                t2 = time.perf_counter()
-                rust.append(t1 - t0)
-                mine.append(t2 - t1)
+                (want, t_rust), (got, t_cached) = timed(plain, part), timed(cached, part)
             else:
-                t0 = time.perf_counter()
-                got = cached(part)
-                t1 = time.perf_counter()
-                want = plain(part)
-                t2 = time.perf_counter()
-                mine.append(t1 - t0)
-                rust.append(t2 - t1)
+                (got, t_cached), (want, t_rust) = timed(cached, part), timed(plain, part)
+            rust.append(t_rust)
+            mine.append(t_cached)
             if not np.array_equal(got.ids, want.ids):
                 raise AssertionError("the cached ids differ from the Rust tokenizer's")
             hits.append((cache.lookups - looked, cache.tokenized - tokenized))
