@@ -180,20 +180,10 @@ class SparseDocumentEncoder:
         return super().__new__(cls)
 
     def __init__(
-        self,
-        model: str | os.PathLike,
-        *,
-        device: str | None = None,
-        precision: Precision = "auto",
-        batch_size: int = 32,
-        max_length: int = MAX_LENGTH,
-        vocab_chunk: int | None = None,
-        row_block: int | None = None,
-        zero_special_tokens: bool = True,
-        num_threads: int | None = None,
-        batching: Batching = "auto",
-        max_batch_tokens: int | None = None,
-        compile: bool | str | None = None,
+        self, model: str | os.PathLike, *, device: str | None = None, precision: Precision = "auto",
+        batch_size: int = 32, max_length: int = MAX_LENGTH, vocab_chunk: int | None = None,
+        row_block: int | None = None, zero_special_tokens: bool = True, num_threads: int | None = None,
+        batching: Batching = "auto", max_batch_tokens: int | None = None, compile: bool | str | None = None,
     ) -> None:
         from transformers import AutoModelForMaskedLM
 
