@@ -90,7 +90,8 @@ class OnceTokenizer:
         word_cache: the most space-separated chunks whose ids are remembered (:mod:`.word_cache`; the same ids,
             fewer Rust calls), for tokenizers that allow it; 0 tokenizes every text in full.
         min_ids_per_chunk: the cache is used once the first texts (:data:`~.word_cache.PROBE_CHUNKS` chunks,
-            tokenized in full) average at least this many ids per chunk; 0 uses it from the first call.
+            tokenized in full) average at least this many ids per chunk; 0 uses it from the first call. It is
+            dropped if too few chunks repeat (:attr:`.word_cache.WordIdsCache.pays`).
     """
 
     def __init__(self, tokenizer: Any, max_length: int, truncation_side: str = "right",
@@ -117,8 +118,12 @@ class OnceTokenizer:
     def __call__(self, texts: Sequence[str]) -> TokenizedTexts:
         if isinstance(texts, str):
             raise TypeError("expected a list of texts, not a single string")
-        if self.word_cache is not None and self.probe is None:
-            return self._finish(*self.word_cache(texts, self._tok))
+        cache = self.word_cache
+        if cache is not None and self.probe is None:
+            out = self._finish(*cache(texts, self._tok))
+            if not cache.pays:
+                self.word_cache = None
+            return out
         raw, raw_lens = self.rust_ids(texts)
         if self.probe is not None:
             self._decide(int(raw_lens.sum()), sum(t.count(" ") + 1 for t in texts))

@@ -121,3 +121,26 @@ def test_the_cache_is_kept_only_where_chunks_average_enough_ids(korean_texts, sh
         assert once.probe is None and (once.word_cache is not None) == kept
         if kept:
             assert len(once.word_cache) > 0  # the windows after the probe went through the cache
+
+
+def test_a_cache_whose_chunks_rarely_repeat_is_dropped(splade_tiny_dir, monkeypatch):
+    """Identifiers never repeat: once HIT_SHARE_AFTER lookups leave the hit share under MIN_HIT_SHARE the cache
+    goes, and the ids stay the Rust tokenizer's."""
+    from opensearch_lsr.encoding import word_cache
+
+    monkeypatch.setattr(word_cache, "HIT_SHARE_AFTER", 2_000)
+    plain = OnceTokenizer(str(splade_tiny_dir), 64, word_cache=0)
+    once = OnceTokenizer(str(splade_tiny_dir), 64, min_ids_per_chunk=0)
+    for call in range(10):  # 50 texts of 10 new identifiers and "the": 550 lookups a call, hit share about 0.09
+        texts = [" ".join(f"id{call}x{i}x{k}" for k in range(10)) + " the" for i in range(50)]
+        _same(once(texts), plain(texts))
+        if once.word_cache is None:
+            break
+    assert once.word_cache is None and call == 3  # dropped on the call that took the lookups past 2,000
+    texts = ["the the cat", "the dog"] * 50
+    _same(once(texts), plain(texts))
+
+    repeating = OnceTokenizer(str(splade_tiny_dir), 64, min_ids_per_chunk=0)
+    for _ in range(10):
+        repeating(["the cat sat on the mat"] * 50)
+    assert repeating.word_cache is not None and repeating.word_cache.lookups > 2_000  # repeats keep it
