@@ -1,4 +1,4 @@
-"""Tokenize-once with its word cache against the Rust tokenizer alone, on the Korean corpus, in one process.
+"""Tokenize-once with its word cache against the Rust tokenizer alone, on the Korean corpus.
 
 ``OnceTokenizer`` remembers the ids of every space-separated chunk (``opensearch_lsr/encoding/word_cache.py``).
 For each tokenizer the corpus is tokenized in windows of ``--window`` texts, the two paths alternating window by
@@ -6,10 +6,11 @@ window on the same texts (the shared machine's noise falls on both), in two pass
 (at first every chunk is new), the second replays a corpus already seen. Each pass prints both rates, their
 ratio and the cache's hit share; the first pass's last quarter shows the rate at the hit share the corpus has
 reached by its end. Heaps' law fitted to the corpus's distinct chunks projects the hit share of larger corpora
-(the cache stops growing at ``DEFAULT_MAX_WORDS`` chunks). The Rust tokenizer's thread count is fixed.
+(the cache stops growing at ``DEFAULT_MAX_WORDS`` chunks). The Rust tokenizer's thread count is fixed. With
+``--processes P`` both paths also run through tokenizer processes, as the encoder runs them beside a GPU.
 
     python benchmarks/word_cache.py [--models kobigbird splade-tiny] [--threads 1] [--window 512] [--limit N]
-                                    [--out FILE.json] [--md FILE.md]
+                                    [--processes P] [--out FILE.json] [--md FILE.md]
 """
 from __future__ import annotations
 
@@ -72,6 +73,33 @@ def timed(fn, arg):
     t0 = time.perf_counter()
     out = fn(arg)
     return out, time.perf_counter() - t0
+
+
+def through_processes(path: str, texts: list[str], window: int, processes: int, threads: int) -> list[dict]:
+    """Both paths through a :class:`TokenizerProcess` of ``processes`` (``threads`` Rust threads in all), as the
+    encoder uses one beside a GPU: every window submitted, then collected in order; a pass of each path in turn,
+    twice (the cache's processes fill, then replay)."""
+    from opensearch_lsr.encoding.token_ids import OnceTokenizer
+    from opensearch_lsr.encoding.tokenizer_process import TokenizerProcess
+
+    pools = {"Rust": TokenizerProcess(OnceTokenizer(path, 512, word_cache=0), threads, processes),
+             "cached": TokenizerProcess(OnceTokenizer(path, 512, min_ids_per_chunk=0), threads, processes)}
+    rows = []
+    try:
+        for name in ("first (filling)", "second (replay)"):
+            rates = {}
+            for key, pool in pools.items():
+                t0 = time.perf_counter()
+                futures = [pool.submit(texts[at:at + window]) for at in range(0, len(texts), window)]
+                done = sum(len(f.result().lengths) for f in futures)
+                rates[key] = done / (time.perf_counter() - t0)
+            rows.append({"pass": f"{name}, {processes} processes x {threads} threads", "docs": len(texts),
+                         "rust_docs_per_s": round(rates["Rust"]), "cached_docs_per_s": round(rates["cached"]),
+                         "ratio": round(rates["cached"] / rates["Rust"], 2), "hit_share": None})
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return rows
 
 
 def measure(path: str, texts: list[str], window: int) -> dict:
@@ -137,7 +165,7 @@ def markdown(result: dict) -> str:
         for p in r["passes"]:
             rows.append([f"{name} ({r['ids_per_chunk']:.1f} ids per chunk, cache {'on' if r['on_by_default'] else 'off'}"
                          " by default)", p["pass"], r["tokens_per_doc"], p["rust_docs_per_s"], p["cached_docs_per_s"],
-                         f"{p['ratio']:.2f}x", f"{p['hit_share']:.3f}"])
+                         f"{p['ratio']:.2f}x", None if p["hit_share"] is None else f"{p['hit_share']:.3f}"])
     lines.append(harness.markdown_table(["tokenizer", "pass", "tokens / doc", "Rust docs/s", "cached docs/s",
                                          "cached / Rust", "hit share"], rows, floats=".1f"))
     mem = [f"{name}: {r['chunks_remembered']:,} chunks, {r['cache_bytes'] / 2**20:.1f} MiB ({r['bytes_per_chunk']} "
@@ -159,6 +187,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=1, help="the Rust tokenizer's threads [default: 1]")
     p.add_argument("--window", type=int, default=512, help="texts per call [default: 512]")
     p.add_argument("--limit", type=int, default=None, help="the first N passages only")
+    p.add_argument("--processes", type=int, default=0,
+                   help="also both paths through a TokenizerProcess of this many processes (--threads in all)")
     p.add_argument("--out", default=None, help="results JSON (with --md, a markdown table beside the figures)")
     p.add_argument("--md", default=None, help="markdown table file")
     args = p.parse_args(argv)
@@ -170,6 +200,9 @@ def main(argv: list[str] | None = None) -> dict:
     texts = [json.loads(line)["text"] for line in open(corpus, encoding="utf-8")][:args.limit]
     result = {"docs": len(texts), "window": args.window, "threads": args.threads, "heaps": heaps(texts),
               "models": {name: measure(model_path(name), texts, args.window) for name in args.models}}
+    for name, row in result["models"].items():
+        if args.processes and row.get("eligible"):
+            row["passes"] += through_processes(model_path(name), texts, args.window, args.processes, args.threads)
     text = markdown(result)
     print(text)
     info = harness.run_info()

@@ -29,3 +29,15 @@ def test_word_cache_benchmark_measures_both_passes(shared_data, splade_tiny_dir,
     heaps = result["heaps"]
     assert 0.3 < heaps["beta"] < 1 and heaps["projected"]["1e+06"]["hit_share"] > heaps["projected"]["1e+05"]["hit_share"]
     assert "second (replay)" in md.read_text()
+
+
+def test_word_cache_benchmark_through_tokenizer_processes(splade_tiny_dir, tmp_path):
+    spec = importlib.util.spec_from_file_location("word_cache_bench", ROOT / "benchmarks" / "word_cache.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.main(["--models", str(splade_tiny_dir), "--limit", "120", "--window", "40", "--threads", "2",
+                          "--processes", "2"])
+    rows = [p for p in result["models"][str(splade_tiny_dir)]["passes"] if "processes" in p["pass"]]
+    assert [p["pass"] for p in rows] == [f"{name}, 2 processes x 2 threads" for name in ("first (filling)",
+                                                                                        "second (replay)")]
+    assert all(p["docs"] == 120 and p["rust_docs_per_s"] > 0 and p["cached_docs_per_s"] > 0 for p in rows)
