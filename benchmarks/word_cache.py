@@ -154,7 +154,8 @@ def measure(path: str, texts: list[str], window: int) -> dict:
 
 def markdown(result: dict) -> str:
     lines = ["# Tokenize-once's word cache against the Rust tokenizer alone", "",
-             f"{result['docs']} Korean passages (`msmarco-ko`), windows of {result['window']} texts, the Rust tokenizer "
+             f"{result['docs']} Korean passages (`msmarco-ko`), windows of {result['window']} texts, the Rust "
+             "tokenizer "
              f"on {result['threads']} thread(s), one process; both paths on each window in turn, ids checked equal.",
              ""]
     rows = []
@@ -163,9 +164,9 @@ def markdown(result: dict) -> str:
             rows.append([name, "not eligible", None, None, None, None, None, None])
             continue
         for p in r["passes"]:
-            rows.append([f"{name} ({r['ids_per_chunk']:.1f} ids per chunk, cache {'on' if r['on_by_default'] else 'off'}"
-                         " by default)", p["pass"], r["tokens_per_doc"], p["rust_docs_per_s"], p["cached_docs_per_s"],
-                         f"{p['ratio']:.2f}x", None if p["hit_share"] is None else f"{p['hit_share']:.3f}"])
+            state = "on" if r["on_by_default"] else "off"
+            rows.append([f"{name} ({r['ids_per_chunk']:.1f} ids per chunk, cache {state} by default)", p["pass"],
+                         r["tokens_per_doc"], p["rust_docs_per_s"], p["cached_docs_per_s"], f"{p['ratio']:.2f}x", None if p["hit_share"] is None else f"{p['hit_share']:.3f}"])
     lines.append(harness.markdown_table(["tokenizer", "pass", "tokens / doc", "Rust docs/s", "cached docs/s",
                                          "cached / Rust", "hit share"], rows, floats=".1f"))
     mem = [f"{name}: {r['chunks_remembered']:,} chunks, {r['cache_bytes'] / 2**20:.1f} MiB ({r['bytes_per_chunk']} "
@@ -174,8 +175,8 @@ def markdown(result: dict) -> str:
     lines += ["", "Cache size after both passes: " + "; ".join(mem) + ".", "",
               f"Heaps' law on this corpus ({h['chunks_per_doc']} chunks per passage): beta = {h['beta']} from "
               + ", ".join(f"{n:,} chunks -> {v:,} distinct" for n, v in h["points"]) + ". Projected hit share "
-              "(before the cache's cap): " + ", ".join(f"{k} passages {v['hit_share']}" for k, v in h["projected"].items())
-              + "."]
+              "(before the cache's cap): "
+              + ", ".join(f"{k} passages {v['hit_share']}" for k, v in h["projected"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 

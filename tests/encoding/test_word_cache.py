@@ -39,11 +39,10 @@ def test_cached_ids_equal_the_rust_tokenizer_on_the_korean_corpus(which, korean_
     assert cache.tokenized == before  # seen texts need no tokenizing
 
 
-_ALPHABET = list("ab AB  \t\n\r.,!?-'#[]()0123") + ["##", "[SEP]", "[UNK]", "[MASK]", "\x00", "\x1c", "\x85", "\u00a0",
-                                                     "\u3000", "\u2028", "\u200b", "\ufeff", "\ufffd", "\u0301", "\u0308",
-                                                     "e\u0301", "\u00e9", "\u00b4", "\u212b", "\ufb01", "\u4e2d", "\u6587",
-                                                     "\u1100", "\u1161", "\uac00", "\ud55c\uad6d", "\uc5b4", "\U0001f600",
-                                                     "x" * 120, "\uac00" * 60]
+_ALPHABET = list("ab AB  \t\n\r.,!?-'#[]()0123") + [
+    "##", "[SEP]", "[UNK]", "[MASK]", "\x00", "\x1c", "\x85", "\u00a0", "\u3000", "\u2028", "\u200b", "\ufeff",
+    "\ufffd", "\u0301", "\u0308", "e\u0301", "\u00e9", "\u00b4", "\u212b", "\ufb01", "\u4e2d", "\u6587", "\u1100",
+    "\u1161", "\uac00", "\ud55c\uad6d", "\uc5b4", "\U0001f600", "x" * 120, "\uac00" * 60]
 
 
 @pytest.mark.parametrize("which", ["kobigbird", "splade-tiny"])
@@ -144,3 +143,35 @@ def test_a_cache_whose_chunks_rarely_repeat_is_dropped(splade_tiny_dir, monkeypa
     for _ in range(10):
         repeating(["the cat sat on the mat"] * 50)
     assert repeating.word_cache is not None and repeating.word_cache.lookups > 2_000  # repeats keep it
+
+
+def test_index_job_writes_the_same_ndjson_with_the_cache_as_without(splade_tiny_dir, korean_texts, tmp_path,
+                                                                    monkeypatch):
+    """``lsr-os index --backend ndjson`` on Korean passages: the same bytes with the word cache in use from the
+    first window (the probe cut to one chunk) as with no cache."""
+    from opensearch_lsr.encoding import token_ids
+    from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+    from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
+
+    corpus = tmp_path / "corpus.jsonl"
+    with open(corpus, "w", encoding="utf-8") as fh:
+        for i, text in enumerate(korean_texts[:160] * 2):  # the second copy comes from the cache
+            fh.write(json.dumps({"_id": f"d{i}", "text": text}, ensure_ascii=False) + "\n")
+    calls = []
+    real_call = WordIdsCache.__call__
+    monkeypatch.setattr(WordIdsCache, "__call__", lambda self, texts, tok: calls.append(len(texts)) or
+                        real_call(self, texts, tok))
+    monkeypatch.setattr(token_ids, "PROBE_CHUNKS", 1)
+
+    def run(name: str) -> bytes:
+        cfg = IndexJobConfig(corpus=str(corpus), model=str(splade_tiny_dir), backend="ndjson",
+                             index=str(tmp_path / name), batching="packed", chunk_docs=64, window_docs=64, device="cpu")
+        assert run_index_job(cfg, restart=True, progress=False)["indexed"] == 320
+        return b"".join(p.read_bytes().replace(name.encode(), b"X") for p in sorted((tmp_path / name).glob("*.ndjson")))
+
+    cached = run("cached")
+    assert sum(calls) == 320 - 64  # every window after the first (the probe) went through the cache
+    monkeypatch.setattr(SparseDocumentEncoder, "tokenizer_word_cache", 0)
+    calls.clear()
+    plain = run("plain")
+    assert not calls and cached == plain
