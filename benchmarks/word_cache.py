@@ -166,7 +166,8 @@ def markdown(result: dict) -> str:
         for p in r["passes"]:
             state = "on" if r["on_by_default"] else "off"
             rows.append([f"{name} ({r['ids_per_chunk']:.1f} ids per chunk, cache {state} by default)", p["pass"],
-                         r["tokens_per_doc"], p["rust_docs_per_s"], p["cached_docs_per_s"], f"{p['ratio']:.2f}x", None if p["hit_share"] is None else f"{p['hit_share']:.3f}"])
+                         r["tokens_per_doc"], p["rust_docs_per_s"], p["cached_docs_per_s"], f"{p['ratio']:.2f}x",
+                         None if p["hit_share"] is None else f"{p['hit_share']:.3f}"])
     lines.append(harness.markdown_table(["tokenizer", "pass", "tokens / doc", "Rust docs/s", "cached docs/s",
                                          "cached / Rust", "hit share"], rows, floats=".1f"))
     mem = [f"{name}: {r['chunks_remembered']:,} chunks, {r['cache_bytes'] / 2**20:.1f} MiB ({r['bytes_per_chunk']} "
