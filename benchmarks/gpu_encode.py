@@ -399,7 +399,14 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         variant(f"packed_tok{spec}", default_compiled, (int(procs), int(threads) if threads else None))
 
     def word_cache():
-        """The default without the tokenizer's word cache (every text through the Rust tokenizer)."""
+        """The default without the tokenizer's word cache (every text through the Rust tokenizer); not run where
+        the default leaves the cache off (fewer ids per chunk than ``MIN_IDS_PER_CHUNK``: the same path twice)."""
+        from opensearch_lsr.encoding.word_cache import MIN_IDS_PER_CHUNK
+
+        if res["ids_per_chunk"] < MIN_IDS_PER_CHUNK:
+            res["packed_nocache"] = {"skipped": f"the cache is off by default here ({res['ids_per_chunk']} ids per "
+                                                f"chunk < {MIN_IDS_PER_CHUNK})"}
+            return
         variant("packed_nocache", default_compiled, word_cache=0)
         if "packed" in res:
             res["packed_over_nocache"] = round(res["packed"]["docs_per_s"] / res["packed_nocache"]["docs_per_s"], 2)
@@ -493,9 +500,12 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
 
 def _setup(res: dict, model: str, texts: list[str], device: torch.device, args: argparse.Namespace) -> None:
     probe = SparseDocumentEncoder(model, device="cpu", precision="fp32", batching="packed")
-    lengths = probe.once_tokenizer(texts).lengths
+    once = probe.once_tokenizer
+    tokens = once(texts)
+    lengths, specials = tokens.lengths, len(once.prefix) + len(once.suffix)
     chunks = [c for t in texts for c in t.split(" ")]
     res.update({"chunk_repeat_share": round(1 - len(set(chunks)) / len(chunks), 3),  # the word cache's best hit share
+                "ids_per_chunk": round(float(tokens.full_lengths.sum() - specials * len(texts)) / len(chunks), 2),
                 "docs": len(texts), "real_tokens": int(lengths.sum()), "mean_tokens": round(float(lengths.mean()), 1),
                 "flops_per_token": flops_per_token(probe.model),
                 "padded_share_ref": padded_share(lengths, 256, args.batch_size)})
@@ -539,6 +549,8 @@ def markdown(result: dict) -> str:
                  ("packed / packed without the word cache", r.get("packed_over_nocache")),
                  ("chunks seen before, in corpus order (the word cache's best hit share)", r.get("chunk_repeat_share")),
                  ("GPU busy share, no word cache", (r.get("packed_nocache") or {}).get("gpu_busy_share")),
+                 ("ids per space-separated chunk", r.get("ids_per_chunk")),
+                 ("no-word-cache row", (r.get("packed_nocache") or {}).get("skipped")),
                  ("GPU busy share (packed)", r.get("gpu_busy_share")),
                  ("GPU profile of the packed encode (whole corpus)", r.get("gpu_profile")),
                  ("GPU profile of the packed encode, the other --compile setting",

@@ -31,3 +31,16 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     assert 0 < row["chunk_repeat_share"] < 1
     text = md.read_text()
     assert "tokenizer 2 processes x 2 threads" in text and "no word cache" in text and "padded reference" in text and "packed" in text and result["machine"]["commit"]
+
+
+def test_gpu_encode_leaves_out_the_no_cache_row_where_the_cache_is_off(shared_data, tmp_path):
+    """The Korean-vocabulary model (2.2 ids per chunk) keeps no word cache: its no-cache row would rerun the default."""
+    spec = importlib.util.spec_from_file_location("gpu_encode", ROOT / "benchmarks" / "gpu_encode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "r.json"
+    module.main(["--out", str(out), "--data", str(shared_data), "--limit", "16", "--subset", "8", "--skip-splade-tiny",
+                 "--skip", "reference", "packed", "packed_other", "packed_block", "packed_norm", "instrumentation",
+                 "packed_fp32", "segment_max", "budgets", "exactness", "ndjson", "mrr"])
+    (row,) = json.loads(out.read_text())["models"]
+    assert row["ids_per_chunk"] < 4 and "off by default" in row["packed_nocache"]["skipped"]
