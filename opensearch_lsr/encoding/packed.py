@@ -43,9 +43,9 @@ class Segments:
         max_len: the longest document.
         positions: each token's position inside its document, int64 ``[T]``.
         pad_slots: each token's row in a ``[n * max_len]`` padded view, int64 ``[T]``.
-        fill_rows: for each slot of that padded view, a row of the same document (its own token, or the
-            document's last token past its end), int64 ``[n * max_len]``: a max over them is the
-            document's max.
+        fill_rows: (built on first use: the head's ``gather`` and ``rows`` maxima need it, ``reduce`` does not)
+            for each slot of that padded view, a row of the same document (its own token, or the document's
+            last token past its end), int64 ``[n * max_len]``: a max over them is the document's max.
     """
 
     lengths: torch.Tensor
@@ -53,8 +53,22 @@ class Segments:
     max_len: int
     positions: torch.Tensor
     pad_slots: torch.Tensor
-    fill_rows: torch.Tensor
     host_lengths: np.ndarray
+    pin: bool = False
+    _fill_rows: torch.Tensor | None = None
+
+    @staticmethod
+    def fill_index(lengths: np.ndarray) -> np.ndarray:
+        """``fill_rows`` of documents of ``lengths`` laid out one after the other, on the host."""
+        starts = np.cumsum(lengths) - lengths
+        width = int(lengths.max())
+        return (starts[:, None] + np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)).reshape(-1)
+
+    @property
+    def fill_rows(self) -> torch.Tensor:
+        if self._fill_rows is None:
+            self._fill_rows = _move(self.fill_index(self.host_lengths), self.lengths.device, self.pin)
+        return self._fill_rows
 
     @classmethod
     def from_lengths(cls, lengths: np.ndarray, device: torch.device, *, pin: bool = False) -> Segments:
@@ -65,15 +79,16 @@ class Segments:
         positions = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         pad_slots = np.repeat(np.arange(n, dtype=np.int64) * max_len, lengths) + positions
         cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        fill_rows = (starts[:, None] + np.minimum(np.arange(max_len)[None, :], lengths[:, None] - 1)).reshape(-1)
+        return cls(_move(lengths, device, pin), _move(cu, device, pin), max_len, _move(positions, device, pin),
+                   _move(pad_slots, device, pin), lengths, pin)
 
-        def move(a: np.ndarray) -> torch.Tensor:
-            t = torch.from_numpy(a)
-            if pin and device.type == "cuda":
-                t = t.pin_memory()
-            return t.to(device, non_blocking=pin)
 
-        return cls(move(lengths), move(cu), max_len, move(positions), move(pad_slots), move(fill_rows), lengths)
+def _move(a: np.ndarray, device: torch.device, pin: bool) -> torch.Tensor:
+    """A host array on ``device`` (through pinned memory, asynchronously, with ``pin`` on CUDA)."""
+    t = torch.from_numpy(a)
+    if pin and device.type == "cuda":
+        t = t.pin_memory()
+    return t.to(device, non_blocking=pin)
 
 
 def varlen_available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -295,8 +310,10 @@ class PackedMLM:
         for d0, d1, r0, r1 in self._row_groups(seg.host_lengths):
             lengths = seg.host_lengths[d0:d1]
             width = int(lengths.max())
-            fill = (np.cumsum(lengths) - lengths)[:, None] + np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)
-            fill_t = seg.fill_rows if (d0, d1) == (0, n) else torch.from_numpy(fill.reshape(-1)).to(h.device)
+            fill_t = None  # the padded view's rows, built only for the maxima that use them
+            if self.segment_max != "reduce":
+                whole = (d0, d1) == (0, n)
+                fill_t = seg.fill_rows if whole else torch.from_numpy(Segments.fill_index(lengths)).to(h.device)
             x = h[r0:r1] if self.segment_max != "rows" else h[r0:r1].index_select(0, fill_t)
             groups.append((d0, d1, width, x, fill_t, seg.lengths if (d0, d1) == (0, n) else
                            torch.from_numpy(lengths).to(h.device)))
