@@ -1,17 +1,11 @@
 """``benchmarks/tokenizer_scaling.py`` runs both ways (in process, through ``TokenizerProcess``) on CPU."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_tokenizer_scaling_measures_both_paths_on_the_same_tokens(shared_data, splade_tiny_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location("tokenizer_scaling", ROOT / "benchmarks" / "tokenizer_scaling.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_tokenizer_scaling_measures_both_paths_on_the_same_tokens(shared_data, splade_tiny_dir, tmp_path, load_script):
+    module = load_script("tokenizer_scaling")
     out = tmp_path / "r.json"
     module.main(["--model", str(splade_tiny_dir), "--corpus", str(shared_data / "msmarco-ko" / "corpus.jsonl"),
                  "--threads", "1", "2", "--processes", "2", "--limit", "40", "--repeat", "1", "--out", str(out)])

@@ -1,17 +1,11 @@
 """``benchmarks/word_cache.py``: both tokenizers, both passes, the Heaps fit, on a slice of the corpus."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_word_cache_benchmark_measures_both_passes(shared_data, splade_tiny_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location("word_cache_bench", ROOT / "benchmarks" / "word_cache.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_word_cache_benchmark_measures_both_passes(shared_data, splade_tiny_dir, tmp_path, load_script):
+    module = load_script("word_cache")
     out, md = tmp_path / "r.json", tmp_path / "r.md"
     module.main(["--models", "kobigbird", str(splade_tiny_dir), "--limit", "300", "--window", "100",
                  "--out", str(out), "--md", str(md)])
@@ -32,10 +26,8 @@ def test_word_cache_benchmark_measures_both_passes(shared_data, splade_tiny_dir,
     assert "second (replay)" in md.read_text()
 
 
-def test_word_cache_benchmark_through_tokenizer_processes(splade_tiny_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location("word_cache_bench", ROOT / "benchmarks" / "word_cache.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_word_cache_benchmark_through_tokenizer_processes(splade_tiny_dir, tmp_path, load_script):
+    module = load_script("word_cache")
     result = module.main(["--models", str(splade_tiny_dir), "--limit", "120", "--window", "40", "--threads", "2",
                           "--processes", "2"])
     rows = [p for p in result["models"][str(splade_tiny_dir)]["passes"] if "processes" in p["pass"]]
