@@ -138,11 +138,15 @@ class OnceTokenizer:
         return raw, raw_lens
 
     def _decide(self, ids: int, chunks: int) -> None:
-        """Count a call into the probe; once it holds enough chunks, keep the cache or drop it."""
-        self.probe[0] += ids
-        self.probe[1] += chunks
-        if self.probe[1] >= PROBE_CHUNKS:
-            if self.probe[0] < self.min_ids_per_chunk * self.probe[1]:
+        """Count a call into the probe; once it holds enough chunks, keep the cache or drop it. (Calls may come
+        from two threads, the job's and the pipeline's: a count lost between them only delays the decision.)"""
+        probe = self.probe
+        if probe is None:
+            return
+        probe[0] += ids
+        probe[1] += chunks
+        if probe[1] >= PROBE_CHUNKS:
+            if probe[0] < self.min_ids_per_chunk * probe[1]:
                 self.word_cache = None
             self.probe = None
 

@@ -175,3 +175,20 @@ def test_index_job_writes_the_same_ndjson_with_the_cache_as_without(splade_tiny_
     calls.clear()
     plain = run("plain")
     assert not calls and cached == plain
+
+
+def test_threads_sharing_one_tokenizer_get_the_rust_ids(splade_tiny_dir, korean_texts, monkeypatch):
+    """The job's thread and the pipeline's tokenizer thread may call one tokenizer at once (CPU, long-text
+    splitting): through the probe's decision and the cache's filling every call returns the Rust tokenizer's ids."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opensearch_lsr.encoding import token_ids
+
+    monkeypatch.setattr(token_ids, "PROBE_CHUNKS", 3_000)  # decided after a few windows, while others run
+    plain, once = OnceTokenizer(str(splade_tiny_dir), 512, word_cache=0), OnceTokenizer(str(splade_tiny_dir), 512)
+    windows = [korean_texts[at:at + 32] for at in range(0, 1536, 32)] * 2
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(once, windows))
+    for part, got in zip(windows, results):
+        _same(got, plain(part))
+    assert once.probe is None and once.word_cache is not None and once.word_cache.lookups > 0
