@@ -33,14 +33,14 @@ __all__ = ["WordIdsCache", "splits_at_spaces", "DEFAULT_MAX_WORDS", "MIN_IDS_PER
 DEFAULT_MAX_WORDS = 1_000_000
 
 #: the cache is used once a tokenizer's first :data:`PROBE_CHUNKS` chunks average at least this many ids. On the
-#: Korean corpus the shared kobigbird vocabulary gives 2.2 ids per chunk and gains nothing while the cache fills
-#: (0.8-1.1x with one or two Rust threads), SPLADE-tiny's uncased English one 5.8 (1.3-1.8x); a replayed corpus
-#: gains 2-9x with either (``benchmarks/results/word_cache.md``).
+#: Korean corpus the shared kobigbird vocabulary gives 2.2 ids per chunk and gains little or nothing while the
+#: cache fills (0.8-1.2x with one or two Rust threads), SPLADE-tiny's uncased English one 5.8 (1.2-1.6x); a replayed
+#: corpus gains 2.5-9x with either (``benchmarks/results/word_cache.md``, ``word_cache_threads2.md``).
 MIN_IDS_PER_CHUNK = 4.0
 PROBE_CHUNKS = 20_000
 #: a cache whose hit share is still under :data:`MIN_HIT_SHARE` after :data:`HIT_SHARE_AFTER` lookups is dropped
 #: (chunks that rarely repeat, such as identifiers: each miss costs more than tokenizing its text whole). The
-#: Korean corpus is at 0.705 after its 303,125 chunks, where SPLADE-tiny gains 1.3-1.6x.
+#: Korean corpus is at 0.705 after its 303,125 chunks, where SPLADE-tiny gains 1.2-1.6x.
 MIN_HIT_SHARE = 0.5
 HIT_SHARE_AFTER = 200_000
 
