@@ -9,7 +9,9 @@ On a CUDA machine it measures, in one run:
   Korean corpus repeated ``--repeat`` times: docs/s, real tokens/s, model TFLOP/s and % of the peak for the
   padded reference (bf16 autocast, ``--batch-size`` texts per pass in the job's 256-document chunks) and
   for packed batching (bf16 and fp32), the padded-token share of each, stage times from CUDA events,
-  the GPU-busy share (union of kernel intervals from the torch profiler over the wall time), host
+  the GPU-busy share (union of kernel intervals from the torch profiler over the wall time; beside it
+  where the launching thread's other time went: waiting for its next batch, for results, the garbage
+  collector's pauses), host
   synchronisations per batch (``torch.cuda.set_sync_debug_mode`` warnings, plus the one event wait per
   batch), peak GPU memory and docs/s at 16k / 32k / 64k token budgets, exactness of packed fp32 against
   the reference fp32 and of bf16 against fp32, and ``lsr-os index --backend ndjson`` end to end with both
@@ -22,6 +24,8 @@ command, machine, commit and date.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import subprocess
@@ -139,6 +143,30 @@ def encode_in_chunks(enc: SparseDocumentEncoder, texts: list[str], chunk: int = 
     return out
 
 
+@contextlib.contextmanager
+def collector_pauses():
+    """Python's garbage collector while the block runs: a dict filled on exit with the collections per
+    generation and their pauses (every thread stops while it runs)."""
+    out: dict = {}
+    starts: list[float] = []
+    pauses: list[tuple[int, float]] = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            starts.append(time.perf_counter())
+        elif starts:
+            pauses.append((info["generation"], time.perf_counter() - starts.pop()))
+
+    gc.callbacks.append(callback)
+    try:
+        yield out
+    finally:
+        gc.callbacks.remove(callback)
+        out.update({"collections": [sum(g == k for g, _ in pauses) for k in range(3)],
+                    "total_ms": round(1e3 * sum(p for _, p in pauses), 2),
+                    "max_ms": round(1e3 * max((p for _, p in pauses), default=0.0), 2)})
+
+
 def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
     """Union of CUDA kernel intervals (torch profiler) over the wall time of one ``encode`` of ``texts``,
     the host's launch time per batch, and the kernels that take the most device time."""
@@ -150,13 +178,14 @@ def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
         enc.encode(texts[:2048])
     sync(enc.device)
     stats = enc.runner.stats
-    batches0, launch0 = stats.batches, stats.by_stage["launch"]
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    batches0, stages0, waits0 = stats.batches, dict(stats.by_stage), stats.source_waits_over_1ms
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, collector_pauses() as gc_pauses:
         t0 = time.perf_counter()
         enc.encode(texts)
         sync(enc.device)
         wall = time.perf_counter() - t0
     batches = max(1, stats.batches - batches0)
+    host = {k: round(stats.by_stage[k] - stages0.get(k, 0.0), 4) for k in stats.by_stage}
     events = [e for e in prof.events() if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start]
     spans = sorted((e.time_range.start, e.time_range.end) for e in events)
     busy, cur_s, cur_e, gaps = 0.0, None, None, []
@@ -181,7 +210,11 @@ def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
             # where the idle share sits: before the first / after the last kernel, or between kernels
             "idle_outside_kernels_s": round(wall - extent, 4), "idle_between_kernels_s": round(sum(gaps) / 1e6, 4),
             "gaps_over_1ms": sum(g > 1e3 for g in gaps), "largest_gap_ms": round(max(gaps, default=0.0) / 1e3, 3),
-            "host_launch_ms_per_batch": round(1e3 * (stats.by_stage["launch"] - launch0) / batches, 3),
+            "host_launch_ms_per_batch": round(1e3 * host["launch"] / batches, 3),
+            # what the launching thread did besides launching (seconds in all): waiting for its next batch
+            # (tokenizing, cutting a window), for results, splitting them; and the garbage collector's pauses
+            "host_stage_s": host, "source_waits_over_1ms": stats.source_waits_over_1ms - waits0,
+            "gc_pauses": gc_pauses,
             "kernel_ms_per_batch": round(total / 1e3 / batches, 3),
             "top_kernels": [{"name": n, "ms_per_batch": round(t / 1e3 / batches, 3), "share": round(t / total, 4)}
                             for n, t in top]}
@@ -317,7 +350,8 @@ def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batch
     run = summary["this_run"]
     return {"docs": run["indexed"], "docs_per_s": run["docs_per_s"], "elapsed_s": run["elapsed_s"],
             "encode_wait_s": run["encode_s"], "build_s": run.get("build_s"), "write_s": run["write_s"],
-            "setup_s": run.get("setup_s"),
+            "setup_s": run.get("setup_s"), "device_thread_s": summary["encoder"].get("device_thread_s"),
+            "source_waits_over_1ms": summary["encoder"].get("source_waits_over_1ms"),
             "bytes": sum(p.stat().st_size for p in out.glob("*.ndjson"))}
 
 

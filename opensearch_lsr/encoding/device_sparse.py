@@ -33,11 +33,14 @@ class PendingSparse:
     event: torch.cuda.Event | None = None
     dense: torch.Tensor | None = None  # kept (device) while ``ids`` may be a too-small static list
 
-    def result(self) -> tuple[list[SparseVector], int]:
-        """Wait for the copies (one event per batch), then the vectors and the number of non-finite
-        weights dropped."""
+    def wait(self) -> None:
+        """Wait for the copies (one event per batch)."""
         if self.event is not None:
             self.event.synchronize()
+
+    def result(self) -> tuple[list[SparseVector], int]:
+        """The vectors (after :meth:`wait`) and the number of non-finite weights dropped."""
+        self.wait()
         counts = self.counts.numpy()
         total = int(counts.sum())
         if total > len(self.ids):  # the static list was too short: list this batch again, exactly

@@ -496,7 +496,7 @@ class IndexJob:
                         "device": str(encoder.device), "precision": encoder.precision,
                         "body_precision": getattr(encoder, "body_precision", encoder.precision),
                         "batch_size": encoder.batch_size, "batching": getattr(encoder, "batching", "padded"),
-                        "nonfinite_dropped": encoder.stats.nonfinite_dropped},
+                        "nonfinite_dropped": encoder.stats.nonfinite_dropped, **_device_thread(encoder)},
             "prune": str(prune), "key_format": config.key_format, "long_text": config.long_text,
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),
@@ -512,6 +512,16 @@ def run_index_job(config: IndexJobConfig, *, resume: bool = False, restart: bool
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _device_thread(encoder: Any) -> dict[str, Any]:
+    """Where packed batching's device thread spent its time since the warm-up (launching, waiting for the next
+    batch or for results, splitting them), when it runs in this process."""
+    stats = getattr(getattr(encoder, "runner", None), "stats", None)
+    if stats is None:
+        return {}
+    return {"device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
+            "source_waits_over_1ms": stats.source_waits_over_1ms}
 
 
 def _postfix(bar, writer_counters: Counter, start_indexed: int, t_start: float) -> None:

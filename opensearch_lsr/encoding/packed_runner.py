@@ -39,7 +39,12 @@ class RunnerStats:
     tokens: int = 0
     documents: int = 0
     nonfinite_dropped: int = 0
-    by_stage: dict[str, float] = field(default_factory=lambda: {"launch": 0.0, "wait": 0.0, "split": 0.0})
+    #: ``launch``: queuing batches on the device; ``wait``: for their results; ``split``: into vectors;
+    #: ``source``: for the next batch (tokenizing, the window's cut, or a caller with nothing queued)
+    by_stage: dict[str, float] = field(default_factory=lambda: {"launch": 0.0, "wait": 0.0, "split": 0.0,
+                                                                "source": 0.0})
+    #: waits for the next batch longer than 1 ms (the device runs dry if they outlast what is in flight)
+    source_waits_over_1ms: int = 0
 
 
 def ready_batches(take_window: Callable[[], list[tuple[np.ndarray, TokenizedTexts]] | None],
@@ -139,8 +144,11 @@ class PackedRunner:
 
     def _take(self, pending: PendingSparse, n_docs: int) -> list[SparseVector]:
         t0 = time.perf_counter()
+        pending.wait()
+        t1 = time.perf_counter()
         vectors, nonfinite = pending.result()
-        self.stats.by_stage["wait"] += time.perf_counter() - t0
+        self.stats.by_stage["wait"] += t1 - t0
+        self.stats.by_stage["split"] += time.perf_counter() - t1
         self.stats.nonfinite_dropped += nonfinite
         listed = sum(len(v.ids) for v in vectors)
         if listed > self.static_per_doc * n_docs // 2:  # keep the static list about twice what is used
@@ -151,7 +159,7 @@ class PackedRunner:
         """Run ``(tag, batch)`` pairs in order with ``depth`` in flight; yields ``(tag, vectors)`` in order.
         A ``(FLUSH, None)`` pair completes everything in flight first (the source is about to wait)."""
         inflight: deque = deque()
-        for tag, batch in batches:
+        for tag, batch in self._timed_source(batches):
             if tag is FLUSH:
                 while inflight:
                     tag0, n0, pending = inflight.popleft()
@@ -169,6 +177,20 @@ class PackedRunner:
         while inflight:
             tag0, n0, pending = inflight.popleft()
             yield tag0, self._take(pending, n0)
+
+    def _timed_source(self, batches: Iterator[tuple[object, TokenizedTexts | None]]) -> Iterator[tuple[object, Any]]:
+        """``batches``, with the time spent waiting for each one in ``stats``."""
+        it = iter(batches)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            waited = time.perf_counter() - t0
+            self.stats.by_stage["source"] += waited
+            self.stats.source_waits_over_1ms += waited > 1e-3
+            yield item
 
     def run_texts(self, texts: Sequence[str], tokenize_async: Callable[[Sequence[str]], Future],
                   window_docs: int = 4096) -> tuple[list[SparseVector], int]:

@@ -37,3 +37,16 @@ def test_gpu_encode_leaves_out_the_no_cache_row_where_the_cache_is_off(shared_da
                  "packed_fp32", "segment_max", "budgets", "exactness", "ndjson", "mrr"])
     (row,) = json.loads(out.read_text())["models"]
     assert row["ids_per_chunk"] < 4 and "off by default" in row["packed_nocache"]["skipped"]
+
+
+def test_collector_pauses_counts_the_collections_inside_the_block_only(load_script):
+    import gc
+
+    module = load_script("gpu_encode")
+    gc.collect()
+    with module.collector_pauses() as pauses:
+        gc.collect(0)
+        gc.collect(2)
+    gc.collect()  # after the block: not counted
+    assert pauses["collections"] == [1, 0, 1] and pauses["total_ms"] >= pauses["max_ms"] > 0
+    assert all(cb.__name__ != "callback" for cb in gc.callbacks)

@@ -127,9 +127,14 @@ def test_run_texts_starts_before_later_chunks_are_tokenized_and_keeps_two_window
         return fut
 
     enc.runner.model.pooled_max = pooled_max
+    stats = enc.runner.stats
+    source0, split0, waits0 = stats.by_stage["source"], stats.by_stage["split"], stats.source_waits_over_1ms
     t0 = time.perf_counter()
     vectors, tokens = enc.runner.run_texts(texts, tokenize_async, window_docs=2048)
     assert time.perf_counter() - t0 < 30
+    # the runner waited for the later chunks' ids, and says so (what a GPU profile's idle gaps are set against)
+    assert stats.by_stage["source"] - source0 >= 0.15 and stats.source_waits_over_1ms - waits0 >= 1
+    assert stats.by_stage["split"] > split0
     assert [int(v.ids[0]) for v in vectors] == [enc.tokenizer.convert_tokens_to_ids(w) for w in words]
     assert tokens == int(once(texts).lengths.sum())
     assert submitted == [256, 256, 188]  # chunks of window / 8 (at least 256), all three ahead (< 2 windows)
@@ -404,6 +409,9 @@ def test_index_job_writes_the_same_ndjson_pipelined_or_not_and_close_to_the_padd
     packed_summary, pipelined = run("packed", window=8)  # window = chunk: the same batches as encode(chunk)
     assert packed_summary["encoder"]["batching"] == "packed" and packed_summary["indexed"] == len(TEXTS) * 5 - 5
     assert packed_summary["skipped"] == {"empty_text": 5} and packed_summary["truncated"] == 5
+    device_thread = packed_summary["encoder"]["device_thread_s"]  # where the device thread's time went
+    assert set(device_thread) == {"launch", "wait", "split", "source"} and device_thread["launch"] > 0
+    assert packed_summary["encoder"]["batches"] >= 1
     # the same records through the in-memory path (encode() per chunk of 8, no pipeline): the same bytes
     from opensearch_lsr.encoding.indexing import index_records
     from opensearch_lsr.encoding.writers import NdjsonWriter
