@@ -364,8 +364,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
     section(res, "setup", lambda: _setup(res, model, texts, device, args))
     subset = texts[:args.subset]
     ref = SparseDocumentEncoder(model, device=str(device), batching="padded", batch_size=args.batch_size)
-    new = SparseDocumentEncoder(model, device=str(device), batching="packed", max_batch_tokens=32768
-                                if device.type == "cuda" else None)
+    new = SparseDocumentEncoder(model, device=str(device), batching="packed")  # every default, as lsr-os index
+    res["max_batch_tokens"] = default_budget = new.runner.max_batch_tokens  # the device's default (64k on CUDA)
     fpt, tokens = res["flops_per_token"], res["real_tokens"]
     default_compiled = getattr(new.runner.model, "compiled", False)  # what --compile's default chose here
 
@@ -393,8 +393,7 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
     def variant(key: str, compile, tokenizer: tuple[int, int | None] | None = None, word_cache: int | None = None):
         """The packed path with another ``compile`` setting, another tokenizer layout (processes, threads in
         all) or another word cache size: rate, distance to the default, GPU profile."""
-        enc = SparseDocumentEncoder(model, device=str(device), batching="packed", compile=compile,
-                                    max_batch_tokens=32768 if device.type == "cuda" else None)
+        enc = SparseDocumentEncoder(model, device=str(device), batching="packed", compile=compile)
         if tokenizer is not None:
             enc.tokenizer_processes, enc.tokenizer_threads = tokenizer
         if word_cache is not None:
@@ -478,7 +477,7 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             peak_gb = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None
             out[str(budget)] = {"docs_per_s": round(len(subset) / t, 1),
                                 "peak_gpu_gb": round(peak_gb, 2) if peak_gb is not None else None}
-        new.runner.max_batch_tokens = 32768 if device.type == "cuda" else 4096
+        new.runner.max_batch_tokens = default_budget
         res["token_budgets"] = out
 
     def exact():
@@ -568,8 +567,8 @@ def markdown(result: dict) -> str:
                 label = tok_label if key in tok_keys else {
                          "reference": f"padded reference ({row.get('precision')})",
                          "packed": f"packed ({row.get('precision')}, {row.get('attention')}"
-                                   f"{', compile=' + repr(row.get('compile_scope')) if row.get('compiled') else ''})"
-                                   ": the default",
+                                   f"{', compile=' + repr(row.get('compile_scope')) if row.get('compiled') else ''}"
+                                   f", {r.get('max_batch_tokens'):,}-token batches): the default",
                          "packed_other": f"packed ({row.get('precision')}) "
                                          f"{'--compile' if row.get('compiled') else '--no-compile'}",
                          "packed_block": f"packed ({row.get('precision')}), compile=\"block\"",

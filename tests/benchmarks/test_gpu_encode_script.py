@@ -23,7 +23,11 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     nocache = row["packed_nocache"]  # the default without the tokenizer's word cache: same vectors
     assert nocache["word_cache"] == 0 and nocache["vs_packed"]["max_abs_dw"] == 0.0 and row["packed_over_nocache"] > 0
     assert 0 < row["chunk_repeat_share"] < 1
+    from opensearch_lsr.encoding.token_batches import default_max_batch_tokens
+
+    assert row["max_batch_tokens"] == default_max_batch_tokens("cpu")  # the packed rows run the device's default
     text = md.read_text()
+    assert f"{default_max_batch_tokens('cpu'):,}-token batches): the default" in text
     assert "tokenizer 2 processes x 2 threads" in text and "no word cache" in text and "padded reference" in text
     assert "packed" in text and result["machine"]["commit"]
 
