@@ -37,10 +37,12 @@ def test_gpu_encode_leaves_out_the_no_cache_row_where_the_cache_is_off(shared_da
     module = load_script("gpu_encode")
     out = tmp_path / "r.json"
     module.main(["--out", str(out), "--data", str(shared_data), "--limit", "16", "--subset", "8", "--skip-splade-tiny",
-                 "--skip", "reference", "packed", "packed_other", "packed_block", "packed_norm", "instrumentation",
-                 "packed_fp32", "segment_max", "budgets", "exactness", "ndjson", "mrr"])
+                 "--targets", "--skip", "reference", "packed", "instrumentation", "packed_fp32", "budgets",
+                 "exactness", "ndjson"])
     (row,) = json.loads(out.read_text())["models"]
     assert row["ids_per_chunk"] < 4 and "off by default" in row["packed_nocache"]["skipped"]
+    # --targets left out the sections no target is read from, and the old tokenizer layout's row
+    assert set(row["section_s"]) == {"setup", "word_cache"}
 
 
 def test_collector_pauses_counts_the_collections_inside_the_block_only(load_script):
