@@ -547,7 +547,7 @@ def _setup(res: dict, model: str, texts: list[str], device: torch.device, args: 
 # ---------------------------------------------------------------------------------------------- report
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = [f"# GPU batch encoding: padded reference vs packed batching", "",
+    lines = ["# GPU batch encoding: padded reference vs packed batching", "",
              f"Command: `{result['command']}`  ",
              f"Machine: {harness.describe(m)}; transformers {m['transformers']}; commit {m['commit']}; "
              f"{result['date']}  ",

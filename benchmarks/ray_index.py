@@ -27,17 +27,6 @@ __all__ = ["main"]
 
 KO_MODEL = ROOT / "runs" / "models" / "ko-sembridge"
 
-
-def _ndjson_docs(directory: Path) -> tuple[dict[str, dict], int]:
-    docs, n = {}, 0
-    for path in sorted(directory.glob("bulk-*.ndjson")):
-        lines = path.read_text(encoding="utf-8").splitlines()
-        for meta, src in zip(lines[::2], lines[1::2]):
-            docs[json.loads(meta)["index"]["_id"]] = json.loads(src)
-            n += 1
-    return docs, n
-
-
 COUNTS = ("indexed", "dead_lettered", "skipped", "truncated", "generated_ids", "utf8_replaced")
 
 
@@ -60,6 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
     from opensearch_lsr.encoding.ray_job import RayOptions, run_ray_index_job
+    from opensearch_lsr.encoding.writers import read_ndjson_documents
 
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
@@ -113,10 +103,10 @@ def main(argv: list[str] | None = None) -> dict:
     runs.append(single(os.cpu_count() or 1))
     ray.shutdown()
 
-    ref_docs, ref_n = _ndjson_docs(runs[0]["out"])
+    ref_docs, ref_n = read_ndjson_documents(runs[0]["out"])
     base = runs[0]
     for run in runs:
-        docs, n = _ndjson_docs(run["out"])
+        docs, n = read_ndjson_documents(run["out"])
         s = run["summary"]
         run["identical_documents"] = docs == ref_docs and n == ref_n
         run["same_counts"] = {k: s[k] for k in COUNTS} == {k: base["summary"][k] for k in COUNTS}

@@ -18,7 +18,7 @@ import orjson
 
 from ..engines.base import BulkOutcome, DocumentWriter
 
-__all__ = ["DocumentWriter", "NdjsonWriter"]
+__all__ = ["DocumentWriter", "NdjsonWriter", "read_ndjson_documents"]
 
 
 class NdjsonWriter:
@@ -95,3 +95,15 @@ class NdjsonWriter:
 
     def close(self) -> None:
         self._close_part()
+
+
+def read_ndjson_documents(directory: str | os.PathLike) -> tuple[dict[str, dict], int]:
+    """What :class:`NdjsonWriter` wrote to ``directory`` (every ``bulk-*.ndjson`` file, the Ray job's per-block
+    files too): ``{_id: _source}`` (a later line wins) and the number of documents, repeated ids counted."""
+    docs, n = {}, 0
+    for path in sorted(Path(directory).glob("bulk-*.ndjson")):
+        lines = path.read_bytes().splitlines()
+        for meta, src in zip(lines[::2], lines[1::2]):
+            docs[orjson.loads(meta)["index"]["_id"]] = orjson.loads(src)
+            n += 1
+    return docs, n

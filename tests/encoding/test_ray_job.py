@@ -18,6 +18,7 @@ ray = pytest.importorskip("ray")
 from opensearch_lsr.encoding.documents import doc_id_for  # noqa: E402
 from opensearch_lsr.encoding.job import IndexJobConfig, IndexJobError, run_index_job  # noqa: E402
 from opensearch_lsr.encoding.ray_job import LEDGER, RayOptions, run_ray_index_job  # noqa: E402
+from opensearch_lsr.encoding.writers import read_ndjson_documents  # noqa: E402
 from opensearch_lsr.encoding.ray_workers import BlockEncoder  # noqa: E402
 
 WORDS = ["house", "cat", "dog", "capital", "city", "paris", "france", "seoul", "korea", "water", "river"]
@@ -49,17 +50,6 @@ def ray_cluster():
     ray.shutdown()
 
 
-def _ndjson_docs(directory: Path) -> tuple[dict[str, dict], int]:
-    """``{_id: _source}`` over every ``bulk-*.ndjson`` file, and the number of documents (duplicates count)."""
-    docs, n = {}, 0
-    for path in sorted(directory.glob("bulk-*.ndjson")):
-        lines = path.read_text(encoding="utf-8").splitlines()
-        for meta, src in zip(lines[::2], lines[1::2]):
-            docs[json.loads(meta)["index"]["_id"]] = json.loads(src)
-            n += 1
-    return docs, n
-
-
 COUNTS = ("indexed", "dead_lettered", "skipped", "truncated", "generated_ids", "utf8_replaced")
 
 
@@ -71,7 +61,7 @@ def reference(tmp_path_factory, tiny_source_dir):
     cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(tmp / "out"),
                          chunk_docs=8, batch_size=4)
     summary = run_index_job(cfg, progress=False)
-    docs, n = _ndjson_docs(tmp / "out")
+    docs, n = read_ndjson_documents(tmp / "out")
     assert n == len(docs) == len(valid)
     return {"corpus": corpus, "valid": valid, "summary": summary, "docs": docs,
             "skipped": Path(summary["skipped_file"]).read_text(encoding="utf-8")}
@@ -175,7 +165,7 @@ def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_pr
     assert again["blocks"] == {"total": 6, "done_before": 2, "this_run": 4, "docs_per_block": 8}
     first_two = sum(e["counters"]["indexed"] for e in ledger)
     assert again["this_run"]["indexed"] == len(reference["valid"]) - first_two
-    docs, n = _ndjson_docs(tmp_path / "out")
+    docs, n = read_ndjson_documents(tmp_path / "out")
     assert n == len(docs) == len(reference["valid"])                # nothing lost, nothing duplicated
     assert docs == reference["docs"]                                 # identical ids, texts and weights
     assert {k: again[k] for k in COUNTS} == {k: reference["summary"][k] for k in COUNTS}
