@@ -426,6 +426,10 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         """``compile="norm"``: each residual + LayerNorm step compiled (the default until ``"body"``)."""
         variant("packed_norm", "norm")
 
+    def packed_graphs():
+        """``compile="graphs"``: the body replayed as CUDA graphs, batches padded to a few shapes."""
+        variant("packed_graphs", "graphs")
+
     def tokenizer_processes(spec: str) -> None:
         """The default compile setting with the tokenizer's threads spread over several processes."""
         procs, _, threads = spec.partition("x")
@@ -507,20 +511,22 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             runs[f"packed {other}"] = ("packed", (other,))
         if "packed_norm" not in args.skip:
             runs["packed --compile norm"] = ("packed", ("--compile", "norm"))
+        if "packed_graphs" not in args.skip:
+            runs["packed --compile graphs"] = ("packed", ("--compile", "graphs"))
         if "ndjson_process" not in args.skip:  # the encoder in a process of its own, chunks of 2,048 documents
             runs["packed --encoder-process"] = ("packed", ("--encoder-process", "--chunk-docs", "2048"))
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
         for key, base in (("packed", "packed"), ("packed --build-workers 0", "packed"),
                           (f"packed {other}", "packed_other"), ("packed --encoder-process", "packed"),
-                          ("packed --compile norm", "packed_norm")):
+                          ("packed --compile norm", "packed_norm"), ("packed --compile graphs", "packed_graphs")):
             pk = res["ndjson_end_to_end"].get(key, {})
             if "docs_per_s" in pk and base in res:
                 pk["share_of_encode_only"] = round(pk["docs_per_s"] / res[base]["docs_per_s"], 3)
 
     plain = (("reference", reference), ("packed", packed), ("instrumentation", instrumentation),
              ("packed_other", packed_other), ("packed_block", packed_block), ("packed_norm", packed_norm),
-             ("word_cache", word_cache))
+             ("packed_graphs", packed_graphs), ("word_cache", word_cache))
     tokenizer_rows = [("tokenizer_processes", f"packed_tok{spec}", lambda spec=spec: tokenizer_processes(spec))
                       for spec in args.tokenizer_processes]
     rest = (("packed_fp32", packed_fp32), ("segment_max", segment_max), ("budgets", budgets), ("exactness", exact),
@@ -557,7 +563,8 @@ def markdown(result: dict) -> str:
                   f"{r.get('flops_per_token', 0) / 1e6:.0f} MFLOP per token", "",
                   "| path | docs/s | tokens/s | model TFLOP/s | % of peak | padded tokens |", "|---|---|---|---|---|---|"]
         tok_keys = sorted(k for k in r if k.startswith("packed_tok"))
-        for key in ("reference", "packed", "packed_other", "packed_block", "packed_norm", "packed_nocache", *tok_keys,
+        for key in ("reference", "packed", "packed_other", "packed_block", "packed_norm", "packed_graphs",
+                    "packed_nocache", *tok_keys,
                     "packed_fp32"):
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
@@ -573,6 +580,7 @@ def markdown(result: dict) -> str:
                                          f"{'--compile' if row.get('compiled') else '--no-compile'}",
                          "packed_block": f"packed ({row.get('precision')}), compile=\"block\"",
                          "packed_norm": f"packed ({row.get('precision')}), compile=\"norm\"",
+                         "packed_graphs": f"packed ({row.get('precision')}), compile=\"graphs\" (CUDA graphs)",
                          "packed_nocache": f"packed ({row.get('precision')}), no word cache",
                          "packed_fp32": "packed (fp32)"}[key]
                 lines.append(f"| {label} | {row['docs_per_s']:,} | {row['tokens_per_s']:,} | {row['model_tflops']} | "
@@ -593,6 +601,10 @@ def markdown(result: dict) -> str:
                  ("compile=\"block\" against the default (same precision)",
                   (r.get("packed_block") or {}).get("vs_packed")),
                  ("GPU profile of the packed encode, compile=\"norm\"", (r.get("packed_norm") or {}).get("gpu_profile")),
+                 ("GPU profile of the packed encode, compile=\"graphs\"",
+                  (r.get("packed_graphs") or {}).get("gpu_profile")),
+                 ("compile=\"graphs\" against the default (same precision)",
+                  (r.get("packed_graphs") or {}).get("vs_packed")),
                  ("compile=\"norm\" against the default (same precision)",
                   (r.get("packed_norm") or {}).get("vs_packed")),
                  *[(f"GPU busy share, {k}", r[k].get("gpu_busy_share")) for k in tok_keys if isinstance(r[k], dict)],
@@ -635,11 +647,12 @@ def main(argv: list[str] | None = None) -> dict:
                    help="Rows with the tokenizer in P processes ('P', or 'PxT' for T threads in all) [default: 1, "
                         "the layout before four processes became the default].")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
-    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, word_cache, tokenizer_processes, packed_fp32, instrumentation, "
+    p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, packed_graphs, word_cache, tokenizer_processes, packed_fp32, instrumentation, "
                         "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run), mrr.")
     p.add_argument("--targets", action="store_true",
-                   help=f"Only the sections the targets are read from (leaves out {', '.join(NOT_TARGETS)}, the "
-                        "padded job and the old tokenizer layout): about half the device time of every section.")
+                   help=f"Only the sections the targets are read from, and compile=\"graphs\" (leaves out "
+                        f"{', '.join(NOT_TARGETS)}, the padded job and the old tokenizer layout): about half the "
+                        "device time of every section.")
     args = p.parse_args(argv)
     if args.targets:
         args.skip = [*args.skip, *NOT_TARGETS]

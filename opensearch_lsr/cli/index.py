@@ -48,13 +48,14 @@ __all__ = ["index_command"]
               help="Encode in a process of its own even on one device (as every device does with several), so the "
                    "thread that launches the GPU's work does not share the job's interpreter with reading, building "
                    "and writing; chunks of --chunk-docs go to it whole (raise --chunk-docs on a GPU).")
-@click.option("--compile", "compile_", type=click.Choice(["body", "block", "norm"]), is_flag=False,
+@click.option("--compile", "compile_", type=click.Choice(["body", "block", "norm", "graphs"]), is_flag=False,
               flag_value="body", default=None,
               help="Packed batching: torch.compile into fused kernels: body (the whole transformer, one compiled "
-                   "call per batch; what --compile alone means), block (each layer after its attention) or norm "
-                   "(each residual + LayerNorm step). The first batches pay the compilation, seconds; it falls "
-                   "back to eager kernels if compiling fails [default: body for bf16 / fp16 on a GPU, off in fp32 "
-                   "and on CPU].")
+                   "call per batch; what --compile alone means), block (each layer after its attention), norm "
+                   "(each residual + LayerNorm step) or graphs (the body replayed as CUDA graphs, batches padded to "
+                   "a few dozen shapes: <= 1,023 padding tokens each; not yet measured on a GPU). The first batches "
+                   "pay the compilation, seconds; it falls back to eager kernels if compiling fails [default: body "
+                   "for bf16 / fp16 on a GPU, off in fp32 and on CPU].")
 @click.option("--no-compile", is_flag=True, help="Packed batching: never torch.compile (eager kernels only).")
 @click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
 @click.option("--bulk-concurrency", type=click.IntRange(1, 8), default=None,

@@ -46,6 +46,9 @@ class Segments:
         fill_rows: (built on first use: the head's ``gather`` and ``rows`` maxima need it, ``reduce`` does not)
             for each slot of that padded view, a row of the same document (its own token, or the document's
             last token past its end), int64 ``[n * max_len]``: a max over them is the document's max.
+        host_lengths: the real documents' lengths, on the host.
+        real_docs, real_tokens: with a graph bucket's padding (``from_lengths(pad_to=...)``), how many of the
+            documents and tokens are real (they come first; :meth:`real` is their view); else ``None``.
     """
 
     lengths: torch.Tensor
@@ -56,6 +59,8 @@ class Segments:
     host_lengths: np.ndarray
     pin: bool = False
     _fill_rows: torch.Tensor | None = None
+    real_docs: int | None = None
+    real_tokens: int | None = None
 
     @staticmethod
     def fill_index(lengths: np.ndarray) -> np.ndarray:
@@ -71,16 +76,36 @@ class Segments:
         return self._fill_rows
 
     @classmethod
-    def from_lengths(cls, lengths: np.ndarray, device: torch.device, *, pin: bool = False) -> Segments:
-        """Build the index tensors on the host (numpy, vectorised) and move them in one copy each."""
-        lengths = np.asarray(lengths, dtype=np.int64)
-        n, total, max_len = len(lengths), int(lengths.sum()), int(lengths.max())
+    def from_lengths(cls, lengths: np.ndarray, device: torch.device, *, pin: bool = False,
+                     pad_to: tuple[int, int] | None = None, max_doc: int | None = None) -> Segments:
+        """Build the index tensors on the host (numpy, vectorised) and move them in one copy each.
+
+        ``pad_to``: a graph bucket's ``(tokens, documents)`` (:func:`.graph_buckets.graph_shape` with ``max_doc``,
+        the longest document the model takes, which is then ``max_len``): padding documents follow the real ones.
+        """
+        real = lengths = np.asarray(lengths, dtype=np.int64)
+        if pad_to is not None:
+            from .graph_buckets import padding_lengths
+
+            if len(real) and int(real.max()) > int(max_doc):  # type: ignore[arg-type]
+                raise ValueError(f"a document of {int(real.max())} tokens is over max_doc {max_doc}")
+            lengths = np.concatenate([real, padding_lengths(int(real.sum()), len(real), pad_to)])
+        n, total = len(lengths), int(lengths.sum())
+        max_len = int(max_doc) if pad_to is not None else int(lengths.max())  # type: ignore[arg-type]
         starts = np.cumsum(lengths) - lengths
         positions = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         pad_slots = np.repeat(np.arange(n, dtype=np.int64) * max_len, lengths) + positions
         cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         return cls(_move(lengths, device, pin), _move(cu, device, pin), max_len, _move(positions, device, pin),
-                   _move(pad_slots, device, pin), lengths, pin)
+                   _move(pad_slots, device, pin), real, pin, None, *((len(real), int(real.sum())) if pad_to else ()))
+
+    def real(self) -> Segments:
+        """The real documents of a padded batch (views; the padded view's ``max_len`` kept), else ``self``."""
+        if self.real_docs is None:
+            return self
+        n, t = self.real_docs, int(self.real_tokens)  # type: ignore[arg-type]
+        return Segments(self.lengths[:n], self.cu_seqlens[:n + 1], self.max_len, self.positions[:t],
+                        self.pad_slots[:t], self.host_lengths, self.pin)
 
 
 def _move(a: np.ndarray, device: torch.device, pin: bool) -> torch.Tensor:
@@ -179,10 +204,10 @@ class CompiledStep:
     Triton, no C++ compiler). Shapes are dynamic in the token count only (automatic dynamic shapes: the first
     call compiles for its shape, the second for any token count)."""
 
-    def __init__(self, fn: Callable[..., Any], eager: Callable[..., Any] | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], eager: Callable[..., Any] | None = None, mode: str | None = None) -> None:
         self.fn = fn
         self.eager = eager or fn  # what runs instead once compiling has failed
-        self._compiled = torch.compile(fn)
+        self._compiled = torch.compile(fn, mode=mode)
         self.compiled = True
 
     def __call__(self, *args: Any) -> Any:
@@ -219,15 +244,20 @@ class PackedMLM:
         # what torch.compile fuses: each residual + LayerNorm step ("norm", what True means), everything of a
         # block after its attention in one region per layer ("block": half the compiled calls per batch), or the
         # whole body and the head's transform in one region ("body": one compiled call per batch, attention a
-        # custom op inside it)
+        # custom op inside it), or that region replayed as CUDA graphs ("graphs": mode="reduce-overhead", batches
+        # padded to the shapes of .graph_buckets)
         scope = "norm" if compile is True else (compile or None)
-        if scope not in (None, "norm", "block", "body"):
-            raise ValueError(f"compile {compile!r} is not a bool, 'norm', 'block' or 'body'")
+        if scope not in (None, "norm", "block", "body", "graphs"):
+            raise ValueError(f"compile {compile!r} is not a bool, 'norm', 'block', 'body' or 'graphs'")
         self.compile_scope = scope
         self._add_norm = CompiledStep(_add_norm) if scope == "norm" else _add_norm
         self._tail = CompiledStep(_block_tail) if scope == "block" else None
-        self._body = CompiledStep(self._traced_hidden, eager=lambda ids, seg: self._hidden(ids, seg, self._attend)) \
-            if scope == "body" else None
+        self._body = CompiledStep(self._traced_hidden, eager=lambda ids, seg: self._hidden(ids, seg, self._attend),
+                                  mode="reduce-overhead" if scope == "graphs" else None) \
+            if scope in ("body", "graphs") else None
+        self.graphs = scope == "graphs"
+        #: the longest document the position table takes (graph batches tell attention this length)
+        self.max_doc_tokens = int(position.shape[0]) - int(position_offset)
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b
@@ -258,11 +288,24 @@ class PackedMLM:
                 self.use_varlen = False
         return padded_attention(q, k, v, seg)
 
+    def graph_shape(self, tokens: int, docs: int) -> tuple[int, int] | None:
+        """The bucket a batch is padded to with ``compile="graphs"`` (:func:`.graph_buckets.graph_shape`), else
+        ``None``."""
+        if not self.graphs:
+            return None
+        from .graph_buckets import graph_shape
+
+        return graph_shape(tokens, docs, self.max_doc_tokens)
+
     def hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
-        """The head-transformed hidden state of every packed token, ``[T, H]`` in the compute dtype."""
-        if self._body is not None:
-            return self._body(ids, seg)
-        return self._hidden(ids, seg, self._attend)
+        """The head-transformed hidden state of every packed token, ``[T, H]`` in the compute dtype (of the real
+        tokens only, for a batch padded to a graph bucket)."""
+        if self._body is None:
+            return self._hidden(ids, seg, self._attend)
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the last replay's output was consumed by its head
+            return self._body(ids, seg)[:seg.real_tokens]
+        return self._body(ids, seg)
 
     def _traced_hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """:meth:`hidden` as ``torch.compile`` traces it: the attention chosen once, no fallback inside."""
@@ -292,7 +335,7 @@ class PackedMLM:
         """``max_i (h_i W^T + b)`` per document over its own tokens, ``[n, V]`` float32, vocabulary chunk by
         chunk (``segment_reduce`` over the packed rows, or ``gather``: the rows laid out ``[n, L]`` with a
         document's last row repeated past its end; no ``[T, V]`` tensor, no padded row multiplied)."""
-        return self.head_max(self.hidden(ids, seg), seg)
+        return self.head_max(self.hidden(ids, seg), seg.real())
 
     def head_max(self, h: torch.Tensor, seg: Segments) -> torch.Tensor:
         """The vocabulary head and each document's max over its own rows, from :meth:`hidden`'s output.

@@ -130,8 +130,13 @@ class PackedRunner:
     @torch.inference_mode()
     def launch(self, batch: TokenizedTexts) -> PendingSparse:
         """Queue one packed batch on the device; returns its pending sparse result."""
-        ids = self._to_device(batch.ids)
-        seg = Segments.from_lengths(batch.lengths, self.device, pin=self.on_cuda)
+        ids_host = batch.ids
+        shape = self.model.graph_shape(len(ids_host), len(batch.lengths))  # compile="graphs": a bucket's shape
+        if shape is not None:
+            ids_host = np.concatenate([ids_host, np.zeros(shape[0] - len(ids_host), ids_host.dtype)])
+        ids = self._to_device(ids_host)
+        seg = Segments.from_lengths(batch.lengths, self.device, pin=self.on_cuda, pad_to=shape,
+                                    max_doc=self.model.max_doc_tokens)
         weights = self.activate(self.model.pooled_max(ids, seg))
         if not self.on_cuda:
             return sparsify(weights)

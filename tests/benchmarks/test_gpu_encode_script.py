@@ -20,6 +20,8 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     assert set(row["stage_ms_per_batch"]) == {"copy_in", "body", "head_max", "sparsify_copy_out"}
     tok = row["packed_tok2x2"]  # on CPU the encoder tokenizes in a thread: the row runs, the layout is recorded
     assert tok["tokenizer"] == {"processes": 2, "threads": 2} and tok["vs_packed"]["max_abs_dw"] == 0.0
+    graphs = row["packed_graphs"]  # the body compiled for CUDA-graph replay (here Inductor's CPU kernels, no graphs)
+    assert graphs["compile_scope"] == "graphs" and graphs["vs_packed"]["max_abs_dw"] <= 1e-5
     nocache = row["packed_nocache"]  # the default without the tokenizer's word cache: same vectors
     assert nocache["word_cache"] == 0 and nocache["vs_packed"]["max_abs_dw"] == 0.0 and row["packed_over_nocache"] > 0
     assert 0 < row["chunk_repeat_share"] < 1
@@ -41,8 +43,9 @@ def test_gpu_encode_leaves_out_the_no_cache_row_where_the_cache_is_off(shared_da
                  "exactness", "ndjson"])
     (row,) = json.loads(out.read_text())["models"]
     assert row["ids_per_chunk"] < 4 and "off by default" in row["packed_nocache"]["skipped"]
-    # --targets left out the sections no target is read from, and the old tokenizer layout's row
-    assert set(row["section_s"]) == {"setup", "word_cache"}
+    # --targets left out the sections no target is read from (it keeps the CUDA-graph candidate) and the old
+    # tokenizer layout's row
+    assert set(row["section_s"]) == {"setup", "word_cache", "packed_graphs"}
 
 
 def test_collector_pauses_counts_the_collections_inside_the_block_only(load_script):

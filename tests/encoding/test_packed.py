@@ -1,5 +1,5 @@
 """Packed batching: tokenize once, token-budgeted batches, the packed body and head, device sparsification,
-the in-flight pipeline, all against the padded reference path (CPU)."""
+the in-flight pipeline, graph buckets, all against the padded reference path (CPU)."""
 from __future__ import annotations
 
 import json
@@ -13,10 +13,12 @@ import torch
 from opensearch_lsr.encoding.device_sparse import sparsify
 from opensearch_lsr.encoding.encode_pipeline import PipelinedEncoder
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+from opensearch_lsr.encoding.graph_buckets import GRAPH_TOKEN_GRANULARITY, graph_shape, padding_lengths
 from opensearch_lsr.encoding.packed import Segments
 from opensearch_lsr.encoding.packed_layouts import packed_model
+from opensearch_lsr.encoding.packed_runner import PackedRunner
 from opensearch_lsr.encoding.token_batches import token_budget_batches
-from opensearch_lsr.encoding.token_ids import OnceTokenizer, concat_tokenized
+from opensearch_lsr.encoding.token_ids import OnceTokenizer, TokenizedTexts, concat_tokenized
 
 TEXTS = ["the cat is in the house", "seoul is the capital of korea", "a dog", "paris", "",
          "the river water of the city of paris france is a road " * 60, "books school cats dogs"]
@@ -231,11 +233,11 @@ def test_compiled_steps_equal_the_eager_ones(scope):
     assert packed.compiled  # no fallback happened
 
 
-@pytest.mark.parametrize("scope, step", [(True, "_add_norm"), ("body", "_traced_hidden")])
+@pytest.mark.parametrize("scope, step", [(True, "_add_norm"), ("body", "_traced_hidden"), ("graphs", "_traced_hidden")])
 def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch, caplog, scope, step):
     """A compiler failure warns once and the eager steps compute the same from then on (for the body: the
     eager forward with its own attention fallback, not the traced one)."""
-    def broken(fn):
+    def broken(fn, **options):
         def run(*args):
             raise RuntimeError("backend compiler failed: no C++ compiler\nmore")
         return run
@@ -316,9 +318,13 @@ class _EchoModel:
     vector shows which document it was computed from."""
 
     device = torch.device("cpu")
+    max_doc_tokens = 512
 
     def __init__(self, vocab: int, fail_on_batch: int | None = None) -> None:
         self.vocab, self.fail_on_batch, self.calls = vocab, fail_on_batch, 0
+
+    def graph_shape(self, tokens: int, docs: int) -> None:  # batches are never padded
+        return None
 
     def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         self.calls += 1
@@ -480,3 +486,68 @@ def test_tokenizer_processes_split_a_call_and_join_it_in_order(splade_tiny_dir, 
     want = once(texts)
     assert (got.ids == want.ids).all() and (got.lengths == want.lengths).all()
     assert (got.full_lengths == want.full_lengths).all() and (small.lengths == want.lengths[:3]).all()
+
+
+# ---------------------------------------------------------------------------------------------- graph buckets
+
+def test_graph_shapes_are_few_and_their_padding_documents_fit_the_longest_document():
+    rng = np.random.default_rng(0)
+    shapes = set()
+    for _ in range(3000):
+        docs = int(rng.integers(1, 2000))
+        max_doc = int(rng.choice([64, 512]))
+        tokens = int(rng.integers(docs, docs * max_doc + 1))
+        total, n = graph_shape(tokens, docs, max_doc)
+        shapes.add((total, n))
+        assert total % GRAPH_TOKEN_GRANULARITY == 0 and n > docs and n & (n - 1) == 0
+        pad = padding_lengths(tokens, docs, (total, n))
+        assert len(pad) == n - docs and pad.sum() == total - tokens and pad.min() >= 1 and pad.max() <= max_doc
+        assert pad.max() - pad.min() <= 1
+        assert total - tokens - (n - docs) < GRAPH_TOKEN_GRANULARITY  # at most a granule's worth beyond one per doc
+    budget_shapes = {graph_shape(t, d, 512) for d in range(100, 800, 7) for t in range(60_000, 65_537, 500)}
+    assert len(budget_shapes) < 40  # full 64k-token batches of 100-800 documents: a few dozen graphs
+    with pytest.raises(ValueError):
+        padding_lengths(10, 3, (12, 8))  # 2 padding tokens cannot fill 5 documents
+
+
+def test_padded_segments_keep_the_real_documents_first():
+    lengths = np.array([5, 17, 3, 30])
+    shape = graph_shape(int(lengths.sum()), len(lengths), 64)
+    padded = Segments.from_lengths(lengths, torch.device("cpu"), pad_to=shape, max_doc=64)
+    plain = Segments.from_lengths(lengths, torch.device("cpu"))
+    assert len(padded.positions) == shape[0] and len(padded.lengths) == shape[1] and padded.max_len == 64
+    assert int(padded.cu_seqlens[-1]) == shape[0] and int(padded.positions.max()) < 64
+    real = padded.real()
+    for field in ("lengths", "cu_seqlens", "positions"):
+        assert torch.equal(getattr(real, field), getattr(plain, field))
+    assert real.host_lengths.tolist() == lengths.tolist() and plain.real() is plain
+    with pytest.raises(ValueError, match="max_doc"):
+        Segments.from_lengths(np.array([70]), torch.device("cpu"), pad_to=graph_shape(70, 1, 64), max_doc=64)
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta"])  # positions from 0, and from padding_idx + 1
+def test_graph_batches_equal_the_eager_forward(name):
+    """The runner pads each batch to its bucket; the vectors are the eager forward's, batch after batch (the
+    second and third shapes run the dynamic graph)."""
+    model, _ = _tiny_models()[name]
+    model.eval()
+    rng = np.random.default_rng(1)
+    with torch.no_grad():
+        graphs = packed_model(model, torch.float32, vocab_chunk=128, compile="graphs")
+        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+    assert graphs.compile_scope == "graphs" and graphs.max_doc_tokens == (64 if name == "bert" else 68)
+    runners = [PackedRunner(m, activation="relu", special_ids=[0], max_batch_tokens=96) for m in (graphs, eager)]
+    for docs in (6, 9, 4):
+        lengths = rng.integers(2, 31, docs)
+        tokens = TokenizedTexts(rng.integers(5, 300, int(lengths.sum())), lengths, lengths.copy())
+        got, expected = (r.run(tokens) for r in runners)
+        assert len(got) == docs and any(len(v.ids) for v in got)
+        for a, b in zip(got, expected):
+            assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
+    assert graphs.compiled  # no fallback to eager happened
+    shape = graphs.graph_shape(int(lengths.sum()), len(lengths))
+    seg = Segments.from_lengths(lengths, torch.device("cpu"), pad_to=shape, max_doc=graphs.max_doc_tokens)
+    ids = torch.cat([torch.from_numpy(tokens.ids), torch.zeros(shape[0] - len(tokens.ids), dtype=torch.long)])
+    with torch.inference_mode():
+        assert graphs.hidden(ids, seg).shape[0] == int(lengths.sum())  # the padding tokens' rows are dropped
+    assert eager.graph_shape(10, 2) is None
