@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..contract import DEFAULT_TEXT_ANALYZER, DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format, vector_to_keys
+from ..contract import DEFAULT_TEXT_ANALYZER, DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
 from .sparse_vector import SparseVector
 from ..pruning import PruneConfig, prune_arrays
 
