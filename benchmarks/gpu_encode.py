@@ -45,6 +45,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
+from opensearch_lsr.encoding.graph_buckets import cudagraph_skips  # noqa: E402
 from opensearch_lsr.encoding.packed import Segments, flops_per_token  # noqa: E402
 from opensearch_lsr.encoding.token_batches import token_budget_batches  # noqa: E402
 from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_threads  # noqa: E402
@@ -399,8 +400,10 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         if word_cache is not None:
             enc.tokenizer_word_cache = word_cache
         # CUDA graphs record each bucket's shape once: the warm-up sees every batch, so the clock times replays
+        skips = cudagraph_skips()
         _, warm = timed(device, enc.encode, texts if compile == "graphs" else texts[:2048])
         _, t = timed(device, enc.encode, texts)
+        skips = cudagraph_skips() - skips  # graphs Inductor ran without CUDA graphs (for "graphs": it fell back)
         row = res[key] = {"precision": enc.precision, "compiled": getattr(enc.runner.model, "compiled", False),
                           "compile_scope": getattr(enc.runner.model, "compile_scope", None), **rate(t),
                           "warm_up_s": round(warm, 1)}
@@ -408,6 +411,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             row["tokenizer"] = {"processes": tokenizer[0], "threads": tokenizer[1] or default_tokenizer_threads()}
         if word_cache is not None:
             row["word_cache"] = word_cache
+        if compile == "graphs":
+            row["cudagraph_skips"] = skips
         row["vs_packed"] = exactness(new.encode(subset), enc.encode(subset))  # same precision
         busy = gpu_busy_share(enc, texts)
         if busy:

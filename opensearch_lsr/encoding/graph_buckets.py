@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GRAPH_TOKEN_GRANULARITY", "graph_shape", "padding_lengths"]
+__all__ = ["GRAPH_TOKEN_GRANULARITY", "graph_shape", "padding_lengths", "cudagraph_skips"]
 
 #: token counts of graph batches are multiples of this: 64 buckets up to a 64k budget, at most 1.6 % padding
 #: at that budget (plus one token per padding document)
@@ -52,3 +52,11 @@ def padding_lengths(tokens: int, docs: int, shape: tuple[int, int]) -> np.ndarra
     lengths = np.full(extra, pad // extra, dtype=np.int64)
     lengths[:pad % extra] += 1
     return lengths
+
+
+def cudagraph_skips() -> int:
+    """How many compiled graphs Inductor has run without CUDA graphs so far in this process (it falls back
+    silently, e.g. on CPU tensors; ``TORCH_LOGS=cudagraphs`` says why)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])

@@ -256,6 +256,7 @@ class PackedMLM:
                                   mode="reduce-overhead" if scope == "graphs" else None) \
             if scope in ("body", "graphs") else None
         self.graphs = scope == "graphs"
+        self._graphs_checked = False
         #: the longest document the position table takes (graph batches tell attention this length)
         self.max_doc_tokens = int(position.shape[0]) - int(position_offset)
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
@@ -303,9 +304,23 @@ class PackedMLM:
         if self._body is None:
             return self._hidden(ids, seg, self._attend)
         if self.graphs:
-            torch.compiler.cudagraph_mark_step_begin()  # the last replay's output was consumed by its head
-            return self._body(ids, seg)[:seg.real_tokens]
+            return self._replay(ids, seg)[:seg.real_tokens]
         return self._body(ids, seg)
+
+    def _replay(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
+        """The body through ``torch.compile(mode="reduce-overhead")``; warns once if the first batch ran without
+        CUDA graphs (Inductor's silent fallback)."""
+        from .graph_buckets import cudagraph_skips
+
+        skips = cudagraph_skips() if not self._graphs_checked else 0
+        torch.compiler.cudagraph_mark_step_begin()  # the last replay's output was consumed by its head
+        out = self._body(ids, seg)
+        if not self._graphs_checked:
+            self._graphs_checked = True
+            if cudagraph_skips() > skips or not self._body.compiled:
+                logger.warning("compile='graphs': the body runs without CUDA graphs on %s (TORCH_LOGS=cudagraphs "
+                               "says why); batches are still padded to graph shapes", self.device)
+        return out
 
     def _traced_hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """:meth:`hidden` as ``torch.compile`` traces it: the attention chosen once, no fallback inside."""
