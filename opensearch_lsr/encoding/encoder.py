@@ -257,6 +257,7 @@ class SparseDocumentEncoder:
             self.batching = "padded"
             return None
         self.batching = "packed"
+        packed.max_doc_tokens = min(packed.max_doc_tokens, self.max_length)  # graph batches' attention length
         return PackedRunner(packed, activation=self.activation, special_ids=self.special_ids if
                             self.zero_special_tokens else [], max_batch_tokens=budget)
 

@@ -554,3 +554,10 @@ def test_graph_batches_equal_the_eager_forward(name, caplog):
     with torch.inference_mode():
         assert graphs.hidden(ids, seg).shape[0] == int(lengths.sum())  # the padding tokens' rows are dropped
     assert eager.graph_shape(10, 2) is None
+
+
+def test_graph_batches_tell_attention_the_encoders_longest_document(splade_tiny_dir):
+    """Not the position table's length: varlen attention sizes its grid by it."""
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batching="packed", max_length=128)
+    assert enc.runner.model.max_doc_tokens == 128
+    assert packed_model(_tiny_models()["roberta"][0], torch.float32, vocab_chunk=128).max_doc_tokens == 68
