@@ -403,7 +403,7 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         skips = cudagraph_skips()
         _, warm = timed(device, enc.encode, texts if compile == "graphs" else texts[:2048])
         _, t = timed(device, enc.encode, texts)
-        skips = cudagraph_skips() - skips  # graphs Inductor ran without CUDA graphs (for "graphs": it fell back)
+        skips = cudagraph_skips() - skips  # CUDA graphs Inductor skipped (for "graphs": it fell back; CUDA only)
         row = res[key] = {"precision": enc.precision, "compiled": getattr(enc.runner.model, "compiled", False),
                           "compile_scope": getattr(enc.runner.model, "compile_scope", None), **rate(t),
                           "warm_up_s": round(warm, 1)}

@@ -309,7 +309,7 @@ class PackedMLM:
 
     def _replay(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """The body through ``torch.compile(mode="reduce-overhead")``; warns once if the first batch ran without
-        CUDA graphs (Inductor's silent fallback)."""
+        CUDA graphs (off CUDA, or Inductor's silent fallback, which it counts for CUDA graphs only)."""
         from .graph_buckets import cudagraph_skips
 
         skips = cudagraph_skips() if not self._graphs_checked else 0
@@ -317,7 +317,7 @@ class PackedMLM:
         out = self._body(ids, seg)
         if not self._graphs_checked:
             self._graphs_checked = True
-            if cudagraph_skips() > skips or not self._body.compiled:
+            if self.device.type != "cuda" or cudagraph_skips() > skips or not self._body.compiled:
                 logger.warning("compile='graphs': the body runs without CUDA graphs on %s (TORCH_LOGS=cudagraphs "
                                "says why); batches are still padded to graph shapes", self.device)
         return out
