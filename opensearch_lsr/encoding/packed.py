@@ -26,6 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .graph_buckets import cudagraph_skips, graph_shape, padding_lengths
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["Segments", "PackedMLM", "CompiledStep", "default_compile_scope", "padded_attention", "varlen_available",
@@ -85,8 +87,6 @@ class Segments:
         """
         real = lengths = np.asarray(lengths, dtype=np.int64)
         if pad_to is not None:
-            from .graph_buckets import padding_lengths
-
             if len(real) and int(real.max()) > int(max_doc):  # type: ignore[arg-type]
                 raise ValueError(f"a document of {int(real.max())} tokens is over max_doc {max_doc}")
             lengths = np.concatenate([real, padding_lengths(int(real.sum()), len(real), pad_to)])
@@ -97,7 +97,8 @@ class Segments:
         pad_slots = np.repeat(np.arange(n, dtype=np.int64) * max_len, lengths) + positions
         cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         return cls(_move(lengths, device, pin), _move(cu, device, pin), max_len, _move(positions, device, pin),
-                   _move(pad_slots, device, pin), real, pin, None, *((len(real), int(real.sum())) if pad_to else ()))
+                   _move(pad_slots, device, pin), real, pin, real_docs=len(real) if pad_to else None,
+                   real_tokens=int(real.sum()) if pad_to else None)
 
     def real(self) -> Segments:
         """The real documents of a padded batch (views; the padded view's ``max_len`` kept), else ``self``."""
@@ -294,8 +295,6 @@ class PackedMLM:
         ``None``."""
         if not self.graphs:
             return None
-        from .graph_buckets import graph_shape
-
         return graph_shape(tokens, docs, self.max_doc_tokens)
 
     def hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
@@ -310,8 +309,6 @@ class PackedMLM:
     def _replay(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """The body through ``torch.compile(mode="reduce-overhead")``; warns once if the first batch ran without
         CUDA graphs (off CUDA, or Inductor's silent fallback, which it counts for CUDA graphs only)."""
-        from .graph_buckets import cudagraph_skips
-
         skips = cudagraph_skips() if not self._graphs_checked else 0
         torch.compiler.cudagraph_mark_step_begin()  # the last replay's output was consumed by its head
         out = self._body(ids, seg)
