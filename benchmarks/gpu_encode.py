@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -45,7 +46,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
-from opensearch_lsr.encoding.graph_buckets import cudagraph_skips  # noqa: E402
 from opensearch_lsr.encoding.packed import Segments, flops_per_token  # noqa: E402
 from opensearch_lsr.encoding.token_batches import token_budget_batches  # noqa: E402
 from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_threads  # noqa: E402
@@ -353,6 +353,7 @@ def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batch
             "encode_wait_s": run["encode_s"], "build_s": run.get("build_s"), "write_s": run["write_s"],
             "setup_s": run.get("setup_s"), "device_thread_s": summary["encoder"].get("device_thread_s"),
             "source_waits_over_1ms": summary["encoder"].get("source_waits_over_1ms"),
+            **({"cuda_graphs": summary["encoder"]["cuda_graphs"]} if "cuda_graphs" in summary["encoder"] else {}),
             "bytes": sum(p.stat().st_size for p in out.glob("*.ndjson"))}
 
 
@@ -399,11 +400,9 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             enc.tokenizer_processes, enc.tokenizer_threads = tokenizer
         if word_cache is not None:
             enc.tokenizer_word_cache = word_cache
-        # CUDA graphs record each bucket's shape once: the warm-up sees every batch, so the clock times replays
-        skips = cudagraph_skips()
+        # CUDA graphs are captured once per bucket: the warm-up sees every batch, so the clock times replays
         _, warm = timed(device, enc.encode, texts if compile == "graphs" else texts[:2048])
         _, t = timed(device, enc.encode, texts)
-        skips = cudagraph_skips() - skips  # CUDA graphs Inductor skipped (for "graphs": it fell back; CUDA only)
         row = res[key] = {"precision": enc.precision, "compiled": getattr(enc.runner.model, "compiled", False),
                           "compile_scope": getattr(enc.runner.model, "compile_scope", None), **rate(t),
                           "warm_up_s": round(warm, 1)}
@@ -411,8 +410,9 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             row["tokenizer"] = {"processes": tokenizer[0], "threads": tokenizer[1] or default_tokenizer_threads()}
         if word_cache is not None:
             row["word_cache"] = word_cache
-        if compile == "graphs":
-            row["cudagraph_skips"] = skips
+        if compile == "graphs":  # buckets captured, replays, capture seconds, a failed capture (None off CUDA)
+            graphs = getattr(enc.runner.model, "graph_replay", None)
+            row["cuda_graphs"] = dataclasses.asdict(graphs.stats) if graphs is not None else None
         row["vs_packed"] = exactness(new.encode(subset), enc.encode(subset))  # same precision
         busy = gpu_busy_share(enc, texts)
         if busy:

@@ -166,8 +166,8 @@ class SparseDocumentEncoder:
         num_threads: ``torch.set_num_threads`` for CPU runs (``None``: leave as is).
         batching: how :meth:`encode` runs (:data:`Batching`); ``encode_dense`` is always the padded reference.
         max_batch_tokens: real tokens per packed forward pass (default: 64k on a GPU, 4k on CPU).
-        compile: packed batching: ``torch.compile`` the whole body (``"body"``; ``"graphs"``: replayed as CUDA
-            graphs, :mod:`.graph_buckets`), each block after attention (``"block"``) or each residual + LayerNorm
+        compile: packed batching: ``torch.compile`` the whole body (``"body"``; ``"graphs"``: captured and replayed
+            as CUDA graphs, :mod:`.graph_replay`, batches padded by :mod:`.graph_buckets`), each block after attention (``"block"``) or each residual + LayerNorm
             step (``True`` / ``"norm"``); ``None``: body on CUDA in bf16 / fp16.
     """
 

@@ -10,14 +10,14 @@ ones are untouched) and are dropped before the vocabulary head.
 What it buys and costs (:func:`graph_shape`): the host launches a batch's whole body with one graph replay
 instead of one kernel launch per fused step (on an H200 the compiled body still took the host 13.5-15.6 ms per
 32k-token batch against 18 ms of kernels, ``benchmarks/results/gpu_encode.md``), for at most
-``granularity - 1`` padded tokens plus one per padding document. Why by hand: torch.compile's
-``mode="reduce-overhead"`` records one graph per distinct shape and pads nothing itself.
+``granularity - 1`` padded tokens plus one per padding document. Why by hand: CUDA graphs (:mod:`.graph_replay`,
+or torch.compile's ``mode="reduce-overhead"``) record one graph per distinct shape and pad nothing themselves.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GRAPH_TOKEN_GRANULARITY", "graph_shape", "padding_lengths", "cudagraph_skips"]
+__all__ = ["GRAPH_TOKEN_GRANULARITY", "graph_shape", "padding_lengths"]
 
 #: token counts of graph batches are multiples of this: 64 buckets up to a 64k budget, at most 1.6 % padding
 #: at that budget (plus one token per padding document)
@@ -53,10 +53,3 @@ def padding_lengths(tokens: int, docs: int, shape: tuple[int, int]) -> np.ndarra
     lengths[:pad % extra] += 1
     return lengths
 
-
-def cudagraph_skips() -> int:
-    """How many compiled graphs Inductor has run without CUDA graphs so far in this process (it falls back
-    silently, e.g. on CPU tensors; ``TORCH_LOGS=cudagraphs`` says why)."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["inductor"]["cudagraph_skips"])

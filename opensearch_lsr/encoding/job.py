@@ -24,7 +24,7 @@ import resource
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -516,12 +516,18 @@ def _peak_rss_mb() -> float:
 
 def _device_thread(encoder: Any) -> dict[str, Any]:
     """Where packed batching's device thread spent its time since the warm-up (launching, waiting for the next
-    batch or for results, splitting them), when it runs in this process."""
-    stats = getattr(getattr(encoder, "runner", None), "stats", None)
+    batch or for results, splitting them), when it runs in this process; with ``--compile graphs`` on CUDA, the
+    CUDA graphs it captured and replayed (:class:`.graph_replay.GraphStats`)."""
+    runner = getattr(encoder, "runner", None)
+    stats = getattr(runner, "stats", None)
     if stats is None:
         return {}
-    return {"device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
-            "source_waits_over_1ms": stats.source_waits_over_1ms}
+    out = {"device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
+           "source_waits_over_1ms": stats.source_waits_over_1ms}
+    graphs = getattr(runner.model, "graph_replay", None)
+    if graphs is not None:
+        out["cuda_graphs"] = asdict(graphs.stats)
+    return out
 
 
 def _postfix(bar, writer_counters: Counter, start_indexed: int, t_start: float) -> None:

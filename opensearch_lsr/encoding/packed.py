@@ -26,7 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .graph_buckets import cudagraph_skips, graph_shape, padding_lengths
+from .graph_buckets import graph_shape, padding_lengths
+from .graph_replay import GraphReplay
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +246,7 @@ class PackedMLM:
         # what torch.compile fuses: each residual + LayerNorm step ("norm", what True means), everything of a
         # block after its attention in one region per layer ("block": half the compiled calls per batch), or the
         # whole body and the head's transform in one region ("body": one compiled call per batch, attention a
-        # custom op inside it), or that region replayed as CUDA graphs ("graphs": mode="reduce-overhead", batches
+        # custom op inside it), or that region captured and replayed as CUDA graphs ("graphs": .graph_replay, batches
         # padded to the shapes of .graph_buckets)
         scope = "norm" if compile is True else (compile or None)
         if scope not in (None, "norm", "block", "body", "graphs"):
@@ -253,11 +254,12 @@ class PackedMLM:
         self.compile_scope = scope
         self._add_norm = CompiledStep(_add_norm) if scope == "norm" else _add_norm
         self._tail = CompiledStep(_block_tail) if scope == "block" else None
-        self._body = CompiledStep(self._traced_hidden, eager=lambda ids, seg: self._hidden(ids, seg, self._attend),
-                                  mode="reduce-overhead" if scope == "graphs" else None) \
+        self._body = CompiledStep(self._traced_hidden, eager=lambda ids, seg: self._hidden(ids, seg, self._attend)) \
             if scope in ("body", "graphs") else None
         self.graphs = scope == "graphs"
-        self._graphs_checked = False
+        #: compile="graphs" on CUDA: the body's CUDA graphs, one per bucket (off CUDA the body runs as it is)
+        self.graph_replay = GraphReplay(self._body) if self.graphs and word.device.type == "cuda" else None
+        self._graphs_warned = False
         #: the longest document the position table takes (graph batches tell attention this length)
         self.max_doc_tokens = int(position.shape[0]) - int(position_offset)
         self.word, self.position, self.token_type, self.emb_ln = word, position, token_type, emb_ln
@@ -302,22 +304,15 @@ class PackedMLM:
         tokens only, for a batch padded to a graph bucket)."""
         if self._body is None:
             return self._hidden(ids, seg, self._attend)
-        if self.graphs:
-            return self._replay(ids, seg)[:seg.real_tokens]
-        return self._body(ids, seg)
-
-    def _replay(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
-        """The body through ``torch.compile(mode="reduce-overhead")``; warns once if the first batch ran without
-        CUDA graphs (off CUDA, or Inductor's silent fallback, which it counts for CUDA graphs only)."""
-        skips = cudagraph_skips() if not self._graphs_checked else 0
-        torch.compiler.cudagraph_mark_step_begin()  # the last replay's output was consumed by its head
-        out = self._body(ids, seg)
-        if not self._graphs_checked:
-            self._graphs_checked = True
-            if self.device.type != "cuda" or cudagraph_skips() > skips or not self._body.compiled:
-                logger.warning("compile='graphs': the body runs without CUDA graphs on %s (TORCH_LOGS=cudagraphs "
-                               "says why); batches are still padded to graph shapes", self.device)
-        return out
+        if not self.graphs:
+            return self._body(ids, seg)
+        if self.graph_replay is not None:
+            return self.graph_replay(ids, seg)[:seg.real_tokens]  # valid until the next batch's replay
+        if not self._graphs_warned:
+            self._graphs_warned = True
+            logger.warning("compile='graphs': the body runs without CUDA graphs on %s; batches are still padded to "
+                           "graph shapes", self.device)
+        return self._body(ids, seg)[:seg.real_tokens]
 
     def _traced_hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """:meth:`hidden` as ``torch.compile`` traces it: the attention chosen once, no fallback inside."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from types import SimpleNamespace
 from unittest.mock import patch
 
 import numpy as np
@@ -554,6 +555,76 @@ def test_graph_batches_equal_the_eager_forward(name, caplog):
     with torch.inference_mode():
         assert graphs.hidden(ids, seg).shape[0] == int(lengths.sum())  # the padding tokens' rows are dropped
     assert eager.graph_shape(10, 2) is None
+
+
+def _recording_capture(captured: list):
+    """``torch.cuda.graph`` as far as the CPU can show it: a capture records without computing (its output holds
+    NaN until replayed) and a replay reruns the recorded call on the captured inputs into that same output."""
+    def capture(fn):
+        out = fn()
+        out.fill_(float("nan"))
+        captured.append(out)
+        return (lambda: out.copy_(fn())), out
+    return capture
+
+
+def test_graph_replays_equal_the_eager_forward_batch_after_batch(monkeypatch):
+    """One capture per bucket; each later batch of a bucket is copied into the captured inputs and replayed: the
+    vectors are the eager forward's for every batch, in the same run of batches, so a stale input would show."""
+    from opensearch_lsr.encoding.graph_replay import GraphReplay
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)  # the replay logic, not Inductor, is tested here
+    model, _ = _tiny_models()["bert"]
+    model.eval()
+    with torch.no_grad():
+        graphs = packed_model(model, torch.float32, vocab_chunk=128, compile="graphs")
+        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+    captured: list = []
+    graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured))
+    runners = [PackedRunner(m, activation="relu", special_ids=[0], max_batch_tokens=1000) for m in (graphs, eager)]
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(2, 61, 200)  # about 6,200 tokens: six full batches of 1,000 share a bucket or two
+    tokens = TokenizedTexts(rng.integers(5, 300, int(lengths.sum())), lengths, lengths.copy())
+    got, expected = (r.run(tokens) for r in runners)
+    for a, b in zip(got, expected):
+        assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
+    batches = runners[0].stats.batches
+    stats = graphs.graph_replay.stats
+    assert stats.failed is None and stats.replays == batches and 1 <= stats.captured == len(captured) < batches
+    # the same again: every bucket is captured already, so these are replays only
+    assert [v.ids.tolist() for v in runners[0].run(tokens)] == [v.ids.tolist() for v in got]
+    assert stats.captured == len(captured) and stats.replays == 2 * batches
+    from opensearch_lsr.encoding.job import _device_thread
+
+    summary = _device_thread(SimpleNamespace(runner=runners[0]))  # what lsr-os index's summary reports
+    assert summary["cuda_graphs"]["captured"] == stats.captured and summary["cuda_graphs"]["replays"] == 2 * batches
+    assert "cuda_graphs" not in _device_thread(SimpleNamespace(runner=runners[1]))
+
+
+def test_a_failing_graph_capture_warns_once_and_runs_the_body(monkeypatch, caplog):
+    from opensearch_lsr.encoding.graph_replay import GraphReplay
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
+    model, _ = _tiny_models()["bert"]
+    model.eval()
+    with torch.no_grad():
+        graphs = packed_model(model, torch.float32, vocab_chunk=128, compile="graphs")
+        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+
+    def broken(fn):
+        fn()
+        raise RuntimeError("operation not permitted when stream is capturing\ndetails")
+
+    graphs.graph_replay = GraphReplay(graphs._body, capture=broken)
+    lengths = np.array([7, 30, 12, 4])
+    tokens = TokenizedTexts(np.arange(5, 5 + int(lengths.sum())), lengths, lengths.copy())
+    with caplog.at_level("WARNING"):
+        runner = PackedRunner(graphs, activation="relu", special_ids=[0], max_batch_tokens=40)
+        got = runner.run(tokens) + runner.run(tokens)
+    expected = PackedRunner(eager, activation="relu", special_ids=[0], max_batch_tokens=40).run(tokens) * 2
+    assert [v.ids.tolist() for v in got] == [v.ids.tolist() for v in expected]
+    assert caplog.text.count("CUDA graph capture of the packed body failed") == 1 and "details" not in caplog.text
+    assert graphs.graph_replay.stats.failed.startswith("RuntimeError: operation not permitted")
 
 
 def test_graph_batches_tell_attention_the_encoders_longest_document(splade_tiny_dir):

@@ -1,0 +1,121 @@
+"""The packed body as one CUDA graph per graph bucket: captured on a bucket's first batch, then replayed.
+
+With ``compile="graphs"`` (:class:`~.packed.PackedMLM`) every batch is padded to a bucket's shape
+(:mod:`.graph_buckets`). A bucket's first batch warms the (compiled) body up on a side stream and captures it
+with ``torch.cuda.graph`` (the recipe of PyTorch's CUDA-graphs notes); later batches of that bucket copy their
+ids and index tensors into the captured inputs and replay the graph: one launch for the whole body, and no
+Dynamo guard evaluated per batch.
+
+Why by hand rather than ``torch.compile(mode="reduce-overhead")``: its CUDA-graph trees keep their state per
+Python thread, and until pytorch/pytorch#184357 (merged June 2026; the card runs so far had torch 2.11) they
+assert in any thread that autograd did not start (pytorch/pytorch#123177), which is where ``lsr-os index``
+drives the device (:mod:`.encode_pipeline`'s device thread). ``torch.cuda.graph`` works in any thread of any
+torch this toolkit supports.
+
+Every bucket captures into one shared memory pool. That is safe because each replay's output is consumed (the
+vocabulary head is queued on the same stream) before the next replay is queued, so no graph's output is still
+needed when another graph reuses its memory ("Sharing memory across captures" in the notes); the captured
+outputs themselves stay allocated, one ``[tokens, hidden]`` tensor per bucket.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GraphReplay", "GraphStats", "capture_cuda_graph"]
+
+#: what the body reads from a batch's :class:`~.packed.Segments` (copied into the captured inputs per replay)
+SEGMENT_TENSORS = ("lengths", "cu_seqlens", "positions", "pad_slots")
+
+#: ``capture(fn) -> (replay, output)``: records ``fn()`` once; ``replay()`` reruns it into ``output``
+Capture = Callable[[Callable[[], torch.Tensor]], tuple[Callable[[], None], torch.Tensor]]
+
+
+@dataclass
+class GraphStats:
+    """Buckets captured, replays, seconds spent warming up and capturing, and why graphs stopped (if they did)."""
+
+    captured: int = 0
+    replays: int = 0
+    capture_s: float = 0.0
+    failed: str | None = None
+
+
+def capture_cuda_graph(fn: Callable[[], torch.Tensor], pool: Any, side: torch.cuda.Stream,
+                       warmup: int = 2) -> tuple[Callable[[], None], torch.Tensor]:
+    """Warm ``fn`` up on the ``side`` stream (first calls compile, allocate workspaces, pick kernels), then capture
+    it into a ``torch.cuda.CUDAGraph`` drawing from ``pool``; returns the graph's ``replay`` and its output."""
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: only this thread's CUDA calls are checked while it captures (the job's other threads go on)
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        out = fn()
+    return graph.replay, out
+
+
+class GraphReplay:
+    """``body(ids, seg)`` through one captured graph per ``(tokens, documents)`` shape.
+
+    Args:
+        body: the packed body, ``(ids, seg) -> [tokens, hidden]``; it must not synchronise with the host.
+        capture: how a bucket is recorded (default: :func:`capture_cuda_graph` into one pool, warming up on one
+            side stream, so the allocator caches one stream's warm-up blocks; tests pass a stand-in).
+
+    If a capture fails, :meth:`__call__` warns once and runs ``body`` directly from then on.
+    """
+
+    def __init__(self, body: Callable[[torch.Tensor, Any], torch.Tensor], capture: Capture | None = None) -> None:
+        self.body = body
+        if capture is None:
+            capture = functools.partial(capture_cuda_graph, pool=torch.cuda.graph_pool_handle(), side=torch.cuda.Stream())
+        self.capture: Capture = capture
+        self.stats = GraphStats()
+        self._graphs: dict[tuple[int, int, int], tuple[torch.Tensor, Any, Callable[[], None], torch.Tensor]] = {}
+
+    def __call__(self, ids: torch.Tensor, seg: Any) -> torch.Tensor:
+        """The body's output for this batch: the bucket's captured output tensor, valid until the next call."""
+        if self.stats.failed is not None:
+            return self.body(ids, seg)
+        key = (int(ids.shape[0]), int(seg.lengths.shape[0]), int(seg.max_len))
+        entry = self._graphs.get(key)
+        if entry is None:
+            try:
+                entry = self._graphs[key] = self._record(ids, seg)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the body without graphs computes the same
+                self.stats.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+                logger.warning("CUDA graph capture of the packed body failed (%s); running it without graphs",
+                               self.stats.failed)
+                return self.body(ids, seg)
+            replay, out = entry[2:]  # a capture records kernels without running them: replay it for this batch
+        else:
+            static_ids, static_seg, replay, out = entry
+            static_ids.copy_(ids)
+            for name in SEGMENT_TENSORS:
+                getattr(static_seg, name).copy_(getattr(seg, name))
+        replay()
+        self.stats.replays += 1
+        return out
+
+    def _record(self, ids: torch.Tensor, seg: Any) -> tuple[torch.Tensor, Any, Callable[[], None], torch.Tensor]:
+        t0 = time.perf_counter()
+        static_ids = ids.clone()
+        static_seg = dataclasses.replace(seg, **{name: getattr(seg, name).clone() for name in SEGMENT_TENSORS})
+        replay, out = self.capture(lambda: self.body(static_ids, static_seg))
+        self.stats.captured += 1
+        self.stats.capture_s += time.perf_counter() - t0
+        return static_ids, static_seg, replay, out
