@@ -278,6 +278,8 @@ def prepare_st(args) -> None:
 
 
 def _pooling(model_dir: Path) -> str:
+    """The SpladePooling activation saved in ``model_dir`` (``encoder._pooling_config``'s reading, repeated here:
+    ``prepare-st`` runs in the side venv, where ``opensearch_lsr`` is not importable)."""
     modules = model_dir / "modules.json"
     if modules.exists():
         for entry in json.loads(modules.read_text()):
