@@ -481,7 +481,7 @@ class SparseDocumentEncoder:
         saved = dataclasses.replace(self.stats, by_stage=dict(self.stats.by_stage))
         self.encode([" ".join(["warm"] * n) for n in lengths])
         if self.runner is not None:
-            self.runner.stats = type(self.runner.stats)()
+            self.runner.reset_stats()
         self.stats = saved
         torch.cuda.synchronize(self.device)
         return time.perf_counter() - t0

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .device_sparse import PendingSparse, sparsify
+from .graph_replay import GraphStats
 from .sparse_vector import SparseVector
 from .packed import PackedMLM, Segments
 from .token_batches import token_budget_batches
@@ -111,6 +112,14 @@ class PackedRunner:
         self.sparse_stream = torch.cuda.Stream(self.device) if self.on_cuda else None
         self.static_per_doc = 512  # grows when a batch lists more entries than this per document
         self.stats = RunnerStats()
+
+    def reset_stats(self) -> None:
+        """Start the counters afresh (after a warm-up): the runner's, and the CUDA graphs' of ``compile="graphs"``
+        (which keep a failed capture's error)."""
+        self.stats = RunnerStats()
+        graphs = getattr(self.model, "graph_replay", None)
+        if graphs is not None:
+            graphs.stats = GraphStats(failed=graphs.stats.failed)
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(array)
