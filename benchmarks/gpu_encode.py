@@ -128,6 +128,23 @@ def padded_share(lengths: np.ndarray, chunk: int, batch_size: int) -> float:
     return 1.0 - real / padded
 
 
+def graph_bucket_census(tokens, max_batch_tokens: int, max_doc: int, window_docs: int = 4096) -> dict:
+    """Batches, distinct graph buckets and padding-token share of ``compile="graphs"`` over ``tokens``, as the
+    runner cuts them (:func:`~opensearch_lsr.encoding.packed_runner.ready_batches`, windows of ``window_docs``);
+    host-only, so every run states it for the card's budgets."""
+    from opensearch_lsr.encoding.graph_buckets import graph_shape
+    from opensearch_lsr.encoding.packed_runner import FLUSH, ready_batches
+
+    starts = range(0, len(tokens.lengths), window_docs)
+    windows = iter([[(np.arange(s, min(s + window_docs, len(tokens.lengths))),
+                      tokens.select(np.arange(s, min(s + window_docs, len(tokens.lengths)))))] for s in starts])
+    shapes = [graph_shape(int(b.lengths.sum()), len(b.lengths), max_doc)
+              for keys, b in ready_batches(lambda: next(windows, None), max_batch_tokens) if keys is not FLUSH]
+    padded = sum(t for t, _ in shapes)
+    return {"batches": len(shapes), "buckets": len(set(shapes)),
+            "padding_share": round(1 - int(tokens.lengths.sum()) / max(1, padded), 4)}
+
+
 # ---------------------------------------------------------------------------------------------- measurements
 def timed(device: torch.device, fn, *args):
     sync(device)
@@ -560,7 +577,10 @@ def _setup(res: dict, model: str, texts: list[str], device: torch.device, args: 
                 "ids_per_chunk": round(float(tokens.full_lengths.sum() - specials * len(texts)) / len(chunks), 2),
                 "docs": len(texts), "real_tokens": int(lengths.sum()), "mean_tokens": round(float(lengths.mean()), 1),
                 "flops_per_token": flops_per_token(probe.model),
-                "padded_share_ref": padded_share(lengths, 256, args.batch_size)})
+                "padded_share_ref": padded_share(lengths, 256, args.batch_size),
+                # compile="graphs" at the card's budgets (the CPU's default too, where it runs)
+                "graph_buckets": {str(b): graph_bucket_census(tokens, b, probe.max_length)
+                                  for b in sorted({16384, 32768, 65536, probe.runner.max_batch_tokens})}})
 
 
 # ---------------------------------------------------------------------------------------------- report

@@ -23,6 +23,9 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     graphs = row["packed_graphs"]  # the body compiled for CUDA-graph replay (here Inductor's CPU kernels, no graphs)
     assert graphs["compile_scope"] == "graphs" and graphs["vs_packed"]["max_abs_dw"] <= 1e-5
     assert graphs["cuda_graphs"] is None  # graphs are captured on CUDA only
+    census = row["graph_buckets"]  # host-only: how the card's budgets would bucket this corpus
+    assert {"16384", "32768", "65536"} <= set(census)
+    assert all(1 <= c["buckets"] <= c["batches"] and 0 < c["padding_share"] < 0.9 for c in census.values())
     nocache = row["packed_nocache"]  # the default without the tokenizer's word cache: same vectors
     assert nocache["word_cache"] == 0 and nocache["vs_packed"]["max_abs_dw"] == 0.0 and row["packed_over_nocache"] > 0
     assert 0 < row["chunk_repeat_share"] < 1
