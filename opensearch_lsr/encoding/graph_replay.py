@@ -85,6 +85,10 @@ class GraphReplay:
         self.stats = GraphStats()
         self._graphs: dict[tuple[int, int, int], tuple[torch.Tensor, Any, Callable[[], None], torch.Tensor]] = {}
 
+    def reset_stats(self) -> None:
+        """Count afresh (after a warm-up); a failed capture's error stays."""
+        self.stats = GraphStats(failed=self.stats.failed)
+
     def __call__(self, ids: torch.Tensor, seg: Any) -> torch.Tensor:
         """The body's output for this batch: the bucket's captured output tensor, valid until the next call."""
         if self.stats.failed is not None:

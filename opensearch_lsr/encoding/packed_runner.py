@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from .device_sparse import PendingSparse, sparsify
-from .graph_replay import GraphStats
 from .sparse_vector import SparseVector
 from .packed import PackedMLM, Segments
 from .token_batches import token_budget_batches
@@ -119,7 +118,7 @@ class PackedRunner:
         self.stats = RunnerStats()
         graphs = getattr(self.model, "graph_replay", None)
         if graphs is not None:
-            graphs.stats = GraphStats(failed=graphs.stats.failed)
+            graphs.reset_stats()
 
     def _to_device(self, array: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(array)
