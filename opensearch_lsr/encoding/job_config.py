@@ -88,6 +88,11 @@ class IndexJobConfig(ArtifactConfig):
         if self.long_text not in get_args(LongTextPolicy):
             raise ValueError(f"long_text {self.long_text!r} is not one of {', '.join(get_args(LongTextPolicy))}")
         check_key_format(self.key_format)
+        if self.encoder_runtime != "torch" and (self.batching != "auto" or self.max_batch_tokens is not None
+                                                or self.compile is not None):
+            raise ValueError(f"batching, max_batch_tokens and compile (--batching, --max-batch-tokens, --compile / "
+                             f"--no-compile) apply to encoder_runtime torch; {self.encoder_runtime} encodes padded "
+                             f"batches of batch_size texts")
         if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1 or self.window_docs < 1:
             raise ValueError("chunk_docs, queue_size, batch_size and window_docs must be >= 1")
         parse_prune(self.prune)  # validates

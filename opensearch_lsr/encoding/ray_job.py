@@ -46,7 +46,8 @@ from .readers import BadRecord, read_corpus
 from .ray_source import CorpusBlocksDatasource, PlanBlock
 from .ray_workers import RESULT_COLUMNS, BlockEncoder, NdjsonBlockWriter, dead_letter_entry
 
-__all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "run_ray_index_job", "LEDGER"]
+__all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "actor_encoder_kwargs", "run_ray_index_job",
+           "LEDGER"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,18 @@ class RayOptions(ArtifactConfig):
             raise ValueError("num_gpus_per_worker, cpus_per_worker and read_cpus must be >= 0")
         if self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0")
+
+
+def actor_encoder_kwargs(config: IndexJobConfig, options: RayOptions) -> dict[str, Any]:
+    """What every encoder actor opens its encoder with (:class:`.ray_workers.BlockEncoder`): the job's encoder
+    settings, as ``--engine single`` passes them, on the actor's device (``cuda`` when it was given a GPU)."""
+    kwargs: dict[str, Any] = {"precision": config.precision, "batch_size": config.batch_size,
+                              "max_length": config.max_length,
+                              "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
+                              "runtime": config.encoder_runtime}
+    if config.encoder_runtime == "torch":  # packed batching's settings (IndexJobConfig refuses them otherwise)
+        kwargs.update(batching=config.batching, max_batch_tokens=config.max_batch_tokens, compile=config.compile)
+    return kwargs
 
 
 @dataclass
@@ -276,9 +289,7 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
         for tmp in Path(config.index).glob(".bulk-b*.tmp"):  # left by an actor killed while writing
             tmp.unlink()
     threads = config.threads or max(1, int(options.cpus_per_worker))
-    encoder_kwargs = {"precision": config.precision, "batch_size": config.batch_size, "max_length": config.max_length,
-                      "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
-                      "runtime": config.encoder_runtime}
+    encoder_kwargs = actor_encoder_kwargs(config, options)
     from ..pruning import parse_prune
 
     builder_kwargs = {"key_format": config.key_format, "prune": parse_prune(config.prune),
@@ -396,8 +407,8 @@ def _summary(config: IndexJobConfig, options: RayOptions, work: Path, plan: Corp
         "resumed": resumed,
         "this_run": {"indexed": indexed_now, "elapsed_s": round(elapsed, 3), "plan_s": round(plan_s, 3),
                      "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None},
-        "encoder": {"model": str(config.model), "runtime": config.encoder_runtime, "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
-                    "precision": config.precision, "batch_size": config.batch_size,
+        "encoder": {"model": str(config.model),
+                    **{k: v for k, v in actor_encoder_kwargs(config, options).items() if k != "max_length"},
                     "nonfinite_dropped": final.get("nonfinite_dropped", 0)},
         "ray": {"workers": options.workers, "address": options.address,
                 "num_gpus_per_worker": options.num_gpus_per_worker, "cpus_per_worker": options.cpus_per_worker},

@@ -78,6 +78,7 @@ def test_local_backend_single_writer_same_documents(reference, tmp_path, tiny_so
     cfg = _config(reference, tmp_path, "local", str(tmp_path / "idx"), model=tiny_source_dir)
     summary = run_ray_index_job(cfg, RayOptions(workers=1), progress=False)
     assert summary["indexed"] == len(reference["valid"]) and summary["dead_lettered"] == 0
+    assert summary["encoder"]["batching"] == "auto" and summary["encoder"]["compile"] is None  # what the actors got
     idx = LocalIndex.open(tmp_path / "idx")
     idx.refresh()
     assert idx.count() == len(reference["valid"])
@@ -87,6 +88,28 @@ def test_local_backend_single_writer_same_documents(reference, tmp_path, tiny_so
     ref = reference["docs"]
     for did, src in got.items():  # stored sources: same text and same keys (weights are stored 9-bit)
         assert src["text"] == ref[did]["text"] and set(src["sparse_embedding"]) == set(ref[did]["sparse_embedding"])
+
+
+def test_actors_open_the_encoder_with_the_jobs_batching_settings(reference, tmp_path, tiny_source_dir):
+    """--batching, --max-batch-tokens and --compile reach every actor's encoder, as --engine single passes them;
+    with an ONNX runtime (count-based batches) they are refused, not ignored."""
+    from dataclasses import replace
+
+    from opensearch_lsr.encoding.ray_job import actor_encoder_kwargs
+
+    cfg = _config(reference, tmp_path, "ndjson", str(tmp_path / "o"), model=tiny_source_dir, batching="packed",
+                  max_batch_tokens=2048, compile=False)
+    actor = BlockEncoder(str(tiny_source_dir), encoder_kwargs=actor_encoder_kwargs(cfg, RayOptions()), builder_kwargs={})
+    assert actor.encoder.batching == "packed" and actor.encoder.runner.max_batch_tokens == 2048
+    assert not actor.encoder.runner.model.compiled
+    padded = replace(cfg, batching="padded", max_batch_tokens=None)
+    actor = BlockEncoder(str(tiny_source_dir), encoder_kwargs=actor_encoder_kwargs(padded, RayOptions()),
+                         builder_kwargs={})
+    assert actor.encoder.batching == "padded" and actor.encoder.runner is None
+    onnx = _config(reference, tmp_path, "ndjson", str(tmp_path / "o"), model=tiny_source_dir, encoder_runtime="onnx")
+    assert "batching" not in actor_encoder_kwargs(onnx, RayOptions())
+    with pytest.raises(ValueError, match="apply to encoder_runtime torch"):
+        replace(onnx, compile="body")
 
 
 def _crash_once(marker: Path) -> type:
