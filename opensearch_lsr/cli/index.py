@@ -156,6 +156,8 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                 fail("--bulk-concurrency applies to --engine single (with ray, the --workers actors write at once)")
             if encoder_process:
                 fail("--encoder-process applies to --engine single (with ray, every actor is a process of its own)")
+            if build_workers is not None:
+                fail("--build-workers applies to --engine single (with ray, every actor builds its own documents)")
             from ..encoding.ray_job import RayOptions, run_ray_index_job
 
             options = RayOptions(workers=workers, address=address, num_gpus_per_worker=num_gpus_per_worker,

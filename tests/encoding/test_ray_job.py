@@ -182,6 +182,8 @@ def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_pr
             "--index", str(tmp_path / "out"), "--chunk-docs", "8", "--batch-size", "4", "--no-progress"]
     refused = CliRunner().invoke(cli, [*args, "--workers", "2"])
     assert refused.exit_code != 0 and "only apply with --engine ray" in refused.output
+    refused = CliRunner().invoke(cli, [*args, "--engine", "ray", "--build-workers", "2", "--resume"])
+    assert refused.exit_code != 0 and "--build-workers applies to --engine single" in refused.output
     res = CliRunner().invoke(cli, [*args, "--engine", "ray", "--workers", "1", "--resume"])
     assert res.exit_code == 0, res.output
     again = json.loads(res.stdout)
