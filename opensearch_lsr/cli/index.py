@@ -42,8 +42,9 @@ __all__ = ["index_command"]
 @click.option("--max-batch-tokens", type=int, default=None,
               help="Packed batching: real tokens per forward pass [default: 65536 on a GPU, 4096 on CPU].")
 @click.option("--build-workers", type=int, default=None,
-              help="--backend ndjson: processes that build and serialise documents, so the job's main thread "
-                   "only reads and hands chunks on [default: up to 8 beside a GPU (CPU cores - 4), 0 on CPU].")
+              help="--backend ndjson (with --long-text truncate): processes that build and serialise documents, so "
+                   "the job's main thread only reads and hands chunks on [default: up to 8 beside a GPU (CPU cores - "
+                   "4), 0 on CPU].")
 @click.option("--encoder-process", is_flag=True,
               help="Encode in a process of its own even on one device (as every device does with several), so the "
                    "thread that launches the GPU's work does not share the job's interpreter with reading, building "

@@ -93,6 +93,9 @@ class IndexJobConfig(ArtifactConfig):
             raise ValueError(f"batching, max_batch_tokens and compile (--batching, --max-batch-tokens, --compile / "
                              f"--no-compile) apply to encoder_runtime torch; {self.encoder_runtime} encodes padded "
                              f"batches of batch_size texts")
+        if self.build_workers and (self.backend != "ndjson" or self.long_text != "truncate"):
+            raise ValueError(f"build_workers (--build-workers) applies to the ndjson backend with long_text truncate "
+                             f"(here {self.backend}, {self.long_text}): those documents are built in this process")
         if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1 or self.window_docs < 1:
             raise ValueError("chunk_docs, queue_size, batch_size and window_docs must be >= 1")
         parse_prune(self.prune)  # validates

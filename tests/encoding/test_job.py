@@ -205,3 +205,18 @@ def test_a_job_with_the_body_compiled_writes_what_the_eager_job_writes(tmp_path,
     for doc_id, vector in eager.items():
         assert set(vector) == set(body[doc_id]), doc_id
         assert max(abs(w - body[doc_id][k]) for k, w in vector.items()) <= 1e-4
+
+
+def test_settings_the_job_would_ignore_are_refused(tmp_path):
+    """Options that cannot apply to a configuration are errors, not silently dropped."""
+    ndjson = dict(corpus="c.jsonl", model="m", backend="ndjson", index=str(tmp_path / "o"))
+    with pytest.raises(ValueError, match="build_workers .* applies to the ndjson backend with long_text truncate"):
+        IndexJobConfig(**{**ndjson, "backend": "local"}, build_workers=2)
+    with pytest.raises(ValueError, match="here ndjson, split"):
+        IndexJobConfig(**ndjson, long_text="split", build_workers=2)
+    IndexJobConfig(**{**ndjson, "backend": "local"}, build_workers=0)  # none asked for: nothing to refuse
+    IndexJobConfig(**ndjson, build_workers=2)
+    for given in ({"batching": "padded"}, {"max_batch_tokens": 8192}, {"compile": "body"}, {"compile": False}):
+        with pytest.raises(ValueError, match="apply to encoder_runtime torch; onnx-int8 encodes padded batches"):
+            IndexJobConfig(**ndjson, encoder_runtime="onnx-int8", **given)
+        IndexJobConfig(**ndjson, **given)
