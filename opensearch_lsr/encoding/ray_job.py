@@ -87,11 +87,15 @@ class RayOptions(ArtifactConfig):
 
 def actor_encoder_kwargs(config: IndexJobConfig, options: RayOptions) -> dict[str, Any]:
     """What every encoder actor opens its encoder with (:class:`.ray_workers.BlockEncoder`): the job's encoder
-    settings, as ``--engine single`` passes them, on the actor's device (``cuda`` when it was given a GPU)."""
+    settings, as ``--engine single`` passes them, on the actor's device (``cuda`` when it was given a GPU; a
+    ``config.device`` that says otherwise is refused, not ignored)."""
+    device = "cuda" if options.num_gpus_per_worker > 0 else "cpu"
+    if config.device not in (None, device):
+        raise IndexJobError(f"with --engine ray, Ray gives each actor its device: --num-gpus-per-worker "
+                            f"{options.num_gpus_per_worker:g} means {device}, so --device {config.device} cannot apply "
+                            f"(leave --device out, or set --num-gpus-per-worker)")
     kwargs: dict[str, Any] = {"precision": config.precision, "batch_size": config.batch_size,
-                              "max_length": config.max_length,
-                              "device": "cuda" if options.num_gpus_per_worker > 0 else "cpu",
-                              "runtime": config.encoder_runtime}
+                              "max_length": config.max_length, "device": device, "runtime": config.encoder_runtime}
     if config.encoder_runtime == "torch":  # packed batching's settings (IndexJobConfig refuses them otherwise)
         kwargs.update(batching=config.batching, max_batch_tokens=config.max_batch_tokens, compile=config.compile)
     return kwargs
@@ -269,6 +273,7 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
     if config.backend == "local" and config.long_text == "split":
         raise IndexJobError("the local backend has no nested fields: use --long-text truncate, "
                             "or the opensearch/ndjson backend for split passages")
+    encoder_kwargs = actor_encoder_kwargs(config, options)  # before any work: it refuses a --device that cannot apply
     work = default_work_dir(config)
     work.mkdir(parents=True, exist_ok=True)
     if config.encoder_runtime != "torch" and options.num_gpus_per_worker > 0:
@@ -289,7 +294,6 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
         for tmp in Path(config.index).glob(".bulk-b*.tmp"):  # left by an actor killed while writing
             tmp.unlink()
     threads = config.threads or max(1, int(options.cpus_per_worker))
-    encoder_kwargs = actor_encoder_kwargs(config, options)
     from ..pruning import parse_prune
 
     builder_kwargs = {"key_format": config.key_format, "prune": parse_prune(config.prune),

@@ -110,6 +110,11 @@ def test_actors_open_the_encoder_with_the_jobs_batching_settings(reference, tmp_
     assert "batching" not in actor_encoder_kwargs(onnx, RayOptions())
     with pytest.raises(ValueError, match="apply to encoder_runtime torch"):
         replace(onnx, compile="body")
+    # the actors' device is Ray's to give (--num-gpus-per-worker): a --device saying otherwise is refused up front
+    assert actor_encoder_kwargs(replace(cfg, device="cpu"), RayOptions())["device"] == "cpu"
+    with pytest.raises(IndexJobError, match="--num-gpus-per-worker 0 means cpu, so --device cuda cannot apply"):
+        run_ray_index_job(replace(cfg, device="cuda"), RayOptions(), progress=False)
+    assert not (tmp_path / "o.job").exists()
 
 
 def _crash_once(marker: Path) -> type:
