@@ -32,15 +32,30 @@ def _es_connection() -> list[click.Option]:
     ]
 
 
+#: the shared connection options every Elasticsearch route reads (``es_connection_from_options``)
+CONNECTION = frozenset({"url", "user", "password", "ca_certs", "insecure", "request_timeout", "max_retries"})
+
+
+def _given(ctx: click.Context, names: Any) -> list[str]:
+    """Which of ``names`` were typed on the command line (not defaults, not the environment), as their flags."""
+    flags = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0]) for p in ctx.command.params}
+    return [flags[n] for n in names if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
+
+
 def extend_command(name: str, options: list[click.Option], use_es: Callable[[dict, dict], bool],
-                   handler: Callable[[dict, dict], None], backend_choice: bool = False) -> None:
+                   handler: Callable[[dict, dict], None], backend_choice: bool = False, *,
+                   es_reads: Callable[[dict], Any] | Any = (), route: str = "--backend elasticsearch") -> None:
     """Add ``options`` to command ``name``; call ``handler(kwargs, es_kwargs)`` when ``use_es`` says so.
 
-    With ``backend_choice`` the command's existing ``--backend`` choice gains ``elasticsearch``.
+    With ``backend_choice`` the command's existing ``--backend`` choice gains ``elasticsearch``. Nothing typed on
+    the command line is dropped in silence: on the Elasticsearch route (``route`` names it) the command's own
+    options other than ``es_reads`` (a set, or a function of the added options' values; ``None``: all) and
+    the connection options are refused; on the original route, the added Elasticsearch options are.
     """
     cmd = cli.commands[name]
     original = cmd.callback
     names = [o.name for o in options]
+    own = [p.name for p in cmd.params]
     cmd.params.extend(options)
     if backend_choice:
         for param in cmd.params:
@@ -50,14 +65,18 @@ def extend_command(name: str, options: list[click.Option], use_es: Callable[[dic
     @functools.wraps(original)
     def callback(**kwargs: Any) -> Any:
         mine = {n: kwargs.pop(n) for n in names}
-        if use_es(kwargs, mine):
-            return handler(kwargs, mine)
-        backend = mine.get("backend", kwargs.get("backend"))
         ctx = click.get_current_context()
-        given = [n for n in ("api_key", "cloud_id")  # from the command line, not from the environment
-                 if mine.get(n) and ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
-        if backend not in (None, "elasticsearch") and given:
-            fail("--api-key and --cloud-id are Elasticsearch options: add --backend elasticsearch")
+        if use_es(kwargs, mine):
+            reads = es_reads(mine) if callable(es_reads) else es_reads
+            if reads is not None:
+                ignored = _given(ctx, [n for n in own if n not in set(reads) | CONNECTION | {"backend"}])
+                if ignored:
+                    fail(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply with {route}")
+            return handler(kwargs, mine)
+        extra = _given(ctx, [n for n in names if n not in ("backend", "target")])
+        if extra:
+            fail(f"{', '.join(extra)} {'is an Elasticsearch option' if len(extra) == 1 else 'are Elasticsearch options'}"
+                 f": add {route}")
         return original(**kwargs)
 
     cmd.callback = callback
@@ -113,7 +132,8 @@ extend_command("export", [
                  show_default=True, help="opensearch: the ML Commons bundle; elasticsearch: OUT/elasticsearch/ "
                  "(text_expansion trained model, vocabulary, config); both."),
     click.Option(["--es-model-id"], default=None, help="Elasticsearch trained-model id [default: lsr-<model name>]."),
-], lambda kw, es: es["target"] != "opensearch", _export)
+], lambda kw, es: es["target"] != "opensearch", _export, route="--target elasticsearch or both",
+   es_reads=lambda es: None if es["target"] == "both" else {"model_dir", "out_dir", "verify", "prune"})
 
 
 # ---- deploy-model --backend elasticsearch --------------------------------------------------------
@@ -149,7 +169,8 @@ extend_command("deploy-model", [
     click.Option(["--inference-endpoint"], default=None,
                  help="Elasticsearch: also create PUT _inference/sparse_embedding/<id> (elasticsearch service)."),
     click.Option(["--replace"], is_flag=True, help="Elasticsearch: replace a different model under the same id."),
-], lambda kw, es: es["backend"] == "elasticsearch", _deploy)
+], lambda kw, es: es["backend"] == "elasticsearch", _deploy,
+   es_reads={"bundle", "timeout_s", "dry_run", "requests_file"})
 
 
 # ---- index --backend elasticsearch -----------------------------------------------------------------
@@ -203,7 +224,9 @@ def _index(kw: dict, es: dict) -> None:
 
 
 extend_command("index", _es_connection(), lambda kw, es: kw["backend"] == "elasticsearch", _index,
-               backend_choice=True)
+               backend_choice=True,  # every option but the document workers (ndjson) and AWS signing (OpenSearch)
+               es_reads=lambda es: {p.name for p in cli.commands["index"].params} - {"build_workers", "aws_region",
+                                                                                    "aws_service"})
 
 
 # ---- search / eval --backend elasticsearch -----------------------------------------------------------
@@ -238,7 +261,11 @@ def _eval(kw: dict, es: dict) -> None:
     from ..elasticsearch.engine import ElasticsearchEngine
     from ..evaluation.elasticsearch import EsEvalConfig, evaluate_es
 
-    with user_errors():
+    if kw["hybrid"] not in ("none", "rrf"):
+        fail(f"--backend elasticsearch fuses hybrid results with the rrf retriever: --hybrid rrf, not {kw['hybrid']}")
+    if kw["query_mode"] == "model" and not kw["model_id"] and _given(click.get_current_context(), ["query_mode"]):
+        fail("--backend elasticsearch: --query-mode model needs --model-id (deployed model or inference endpoint)")
+    with user_errors():  # the default query mode (model) without --model-id: query vectors computed here
         config = EsEvalConfig(dataset=kw["dataset"], split=kw["split"], index=kw["index_ref"] or "",
                               query_mode="model" if kw["query_mode"] == "model" and kw["model_id"] else "tokens",
                               model=kw["idf"] or kw["model"], inference_id=kw["model_id"],
@@ -254,9 +281,11 @@ def _eval(kw: dict, es: dict) -> None:
 
 
 extend_command("search", _es_connection(), lambda kw, es: kw["backend"] == "elasticsearch", _search,
-               backend_choice=True)
+               backend_choice=True, es_reads={"index_ref", "query_text", "mode", "rank_constant", "text_field", "model",
+                                              "model_id", "field", "size", "show_query", "as_json"})
 extend_command("eval", _es_connection(), lambda kw, es: kw["backend"] == "elasticsearch", _eval,
-               backend_choice=True)
+               backend_choice=True, es_reads={"dataset", "split", "index_ref", "query_mode", "model", "idf", "model_id",
+                                              "hybrid", "rank_constant", "max_queries", "out_dir"})
 
 
 # ---- create-index / create-pipeline --backend elasticsearch ---------------------------------------------
@@ -312,6 +341,8 @@ extend_command("create-index", [
                  help="Elasticsearch: index_options.pruning_config, 1..100 (default 5)."),
     click.Option(["--tokens-weight-threshold"], type=float, default=None,
                  help="Elasticsearch: index_options.pruning_config, 0..1 (default 0.4)."),
-], lambda kw, es: es["backend"] == "elasticsearch", _create_index)
+], lambda kw, es: es["backend"] == "elasticsearch", _create_index,
+   es_reads={"name", "kind", "long_text", "search_pipeline", "text_analyzer", "text_field", "vector_field", "pipeline"})
 extend_command("create-pipeline", [_backend_option(), *_es_connection()],
-               lambda kw, es: es["backend"] == "elasticsearch", _create_pipeline)
+               lambda kw, es: es["backend"] == "elasticsearch", _create_pipeline,
+               es_reads={"kind", "name", "model_id", "text_field", "vector_field"})

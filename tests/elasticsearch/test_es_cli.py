@@ -145,3 +145,35 @@ def test_index_engine_ray_on_elasticsearch_hands_the_actors_a_picklable_writer_f
     assert es_double.violations == []
     refused = CliRunner().invoke(cli, args + ["--workers", "2"])          # Ray options without --engine ray
     assert refused.exit_code != 0 and "--workers only apply with --engine ray" in refused.output
+
+def test_options_the_chosen_cluster_kind_would_drop_are_refused(es_bundle, tmp_path):
+    """Nothing typed is dropped in silence: another route's options are one sentence, before any connection."""
+    url = ["--url", "http://127.0.0.1:9"]  # never reached: the refusal comes first
+    (tmp_path / "c.jsonl").write_text('{"_id": "d1", "text": "seoul"}\n')
+    es = ["--backend", "elasticsearch", *url]
+    cases = [  # (arguments, what the refusal names)
+        (["search", "seoul", "--index", "idx", *es, "--filter", "lang=ko", "--ann-k", "10"], "--ann-k, --filter do not apply"),
+        (["search", "seoul", "--index", "idx", *es, "--mode", "hybrid", "--technique", "min_max"], "--technique does not apply"),
+        (["eval", "--dataset", str(tmp_path), "--out", str(tmp_path / "o"), *es, "--weights", "0.3,0.7"],
+         "--weights does not apply"),
+        (["eval", "--dataset", str(tmp_path), "--out", str(tmp_path / "o"), *es, "--hybrid", "min_max"],
+         "--hybrid rrf, not min_max"),
+        (["eval", "--dataset", str(tmp_path), "--out", str(tmp_path / "o"), *es, "--query-mode", "model"],
+         "--query-mode model needs --model-id"),
+        (["deploy-model", str(es_bundle), *es, "--which", "encoding"], "--which does not apply"),
+        (["deploy-model", str(es_bundle), *url, "--replace", "--model-id", "m"],
+         "--model-id, --replace are Elasticsearch options: add --backend elasticsearch"),
+        (["create-index", "idx", *es, "--vocab-size", "30522"], "--vocab-size does not apply"),
+        (["create-index", "idx", *url, "--prune-tokens"], "--prune-tokens is an Elasticsearch option"),
+        (["create-pipeline", "ingest", "p", *es, "--model-id", "m", "--batch-size", "8"], "--batch-size does not apply"),
+        (["export", "splade-tiny", "--out", str(tmp_path / "x"), "--target", "elasticsearch", "--name", "n"],
+         "--name does not apply with --target elasticsearch or both"),
+        (["export", "splade-tiny", "--out", str(tmp_path / "x"), "--es-model-id", "m"],
+         "--es-model-id is an Elasticsearch option: add --target elasticsearch or both"),
+        (["index", "--corpus", str(tmp_path / "c.jsonl"), "--model", "splade-tiny", "--index", "idx", *es,
+          "--aws-region", "us-east-1"], "--aws-region does not apply"),
+    ]
+    for args, named in cases:
+        res = CliRunner().invoke(cli, args)
+        assert res.exit_code != 0 and named in res.output and "Traceback" not in res.output, (args, res.output)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "o").exists()
