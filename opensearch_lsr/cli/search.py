@@ -105,6 +105,7 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
         parsed_filters[key] = value
     ann = {k: v for k, v in (("k", ann_k), ("top_n", ann_top_n), ("heap_factor", ann_heap_factor)) if v is not None}
     method_params = None
+    lexical_filters = dict(parsed_filters)  # --mode hybrid: the BM25 sub-query is filtered with them all
     with user_errors():
         engine = connect(backend, **conn)
         version = engine.version
@@ -146,18 +147,23 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
             from ..lexical.queries import hybrid_query, match_query
 
             if psq_tokens is not None:
-                sparse = neural_sparse_query(field, query_tokens=psq_tokens, version=version)
+                sparse = neural_sparse_query(field, query_tokens=psq_tokens, version=version,
+                                             method_params=method_params)
             elif model:
-                sparse = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model), version=version)
+                sparse = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model, key_format=key_format),
+                                             version=version, method_params=method_params)
             elif model_id:
-                sparse = neural_sparse_query(field, query_text=query_text, model_id=model_id, version=version)
+                sparse = neural_sparse_query(field, query_text=query_text, model_id=model_id, version=version,
+                                             method_params=method_params)
             else:
                 fail("--mode hybrid needs --model (query_tokens computed here) or --model-id (a deployed model)")
             fusion = HybridFusion(technique, tuple(_weights(weights)) if technique != "rrf" else None,  # type: ignore[arg-type]
                                   rank_constant)
             pipeline = search_pipeline or engine.put_search_pipeline("lsr-os-hybrid", fusion.pipeline())
-            subs = [match_query(text_field, query_text), sparse]
-            subs = [bool_query(q, parsed_filters) for q in subs] if parsed_filters else subs
+            # the filters inside the ANN search of the sparse sub-query when they went there, else around it
+            lexical = match_query(text_field, query_text)
+            subs = [bool_query(lexical, lexical_filters) if lexical_filters else lexical,
+                    bool_query(sparse, parsed_filters) if parsed_filters else sparse]
             body = search_body(hybrid_query(subs), size=size, source={"excludes": [field]})
         elif mode == "tokens":
             if not model:

@@ -147,6 +147,18 @@ def test_search_on_3_4_sparse_vector_asks_for_size_hits(tmp_path, splade_tiny_di
         out = _run("search", "the", "--index", "ann", "--backend", "opensearch", "--mode", "tokens", "--model", zpath,
                    "--filter", "lang=ko", "--show-query", "--url", d.url)
         assert "3 hits" in out and '"method_parameters"' in out and '"lang": "ko"' in out
+        # --mode hybrid keeps both: the filter and k inside the sparse sub-query's ANN search, the filter around
+        # the BM25 one (both were dropped: hybrid built its sub-queries without them)
+        out = _run("search", "t", "--index", "ann", "--backend", "opensearch", "--mode", "hybrid", "--model", zpath,
+                   "--filter", "lang=ko", "--show-query", "--json", "--url", d.url)
+        start = out.index("{")
+        body, end = json.JSONDecoder().raw_decode(out[start:])  # the query, printed before the response
+        response = json.loads(out[start + end:])
+        assert {h["_source"].get("lang") for h in response["hits"]["hits"]} == {"ko"}
+        lexical, sparse = body["query"]["hybrid"]["queries"]
+        assert lexical["bool"]["filter"] and "match" in json.dumps(lexical["bool"]["should"])
+        assert sparse["neural_sparse"]["sparse_embedding"]["method_parameters"]["filter"]
+        assert sparse["neural_sparse"]["sparse_embedding"]["method_parameters"]["k"] == 10
         assert d.violations == []
     finally:
         d.stop()
