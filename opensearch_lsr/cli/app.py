@@ -17,7 +17,8 @@ import click
 from .. import __version__
 from ..errors import LsrError
 
-__all__ = ["cli", "compile_setting", "echo_json", "fail", "user_errors", "error_message", "USER_ERRORS"]
+__all__ = ["cli", "compile_setting", "echo_json", "fail", "user_errors", "error_message", "typed_options",
+           "refuse_cluster_options", "USER_ERRORS"]
 
 #: What a command reports as one line instead of a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (LsrError, ValueError, FileNotFoundError)
@@ -26,6 +27,27 @@ USER_ERRORS: tuple[type[BaseException], ...] = (LsrError, ValueError, FileNotFou
 def echo_json(payload: Any) -> None:
     """Print ``payload`` as indented JSON (non-ASCII kept, unknown objects via ``str``)."""
     click.echo(json.dumps(payload, ensure_ascii=False, indent=2, default=str))
+
+
+def typed_options(ctx: click.Context, names: Any) -> list[str]:
+    """Which of the parameters ``names`` were typed on the command line (not defaults, not the environment), as
+    their flags."""
+    flags = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0]) for p in ctx.command.params}
+    return [flags[n] for n in names if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
+
+
+#: the cluster connection options (:func:`opensearch_lsr.opensearch.client.connection_options`)
+CLUSTER_OPTIONS = ("url", "user", "password", "ca_certs", "insecure", "aws_region", "aws_service", "request_timeout",
+                   "max_retries")
+
+
+def refuse_cluster_options(backend: str, *, offline: tuple[str, ...] = ("local",)) -> None:
+    """Connection options typed with a backend that reaches no cluster (``offline``) are an error, not ignored."""
+    if backend in offline:
+        given = typed_options(click.get_current_context(), CLUSTER_OPTIONS)
+        if given:
+            fail(f"{', '.join(given)} connect{'s' if len(given) == 1 else ''} to a cluster, but --backend is "
+                 f"{backend}: add --backend opensearch (or elasticsearch)")
 
 
 def compile_setting(scope: str | None, no_compile: bool) -> bool | str | None:

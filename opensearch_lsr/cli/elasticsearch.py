@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from .app import cli, compile_setting, echo_json, fail, user_errors
+from .app import cli, compile_setting, echo_json, fail, typed_options, user_errors
 
 __all__ = ["extend_command", "es_client_from_options", "es_connection_from_options"]
 
@@ -34,12 +34,6 @@ def _es_connection() -> list[click.Option]:
 
 #: the shared connection options every Elasticsearch route reads (``es_connection_from_options``)
 CONNECTION = frozenset({"url", "user", "password", "ca_certs", "insecure", "request_timeout", "max_retries"})
-
-
-def _given(ctx: click.Context, names: Any) -> list[str]:
-    """Which of ``names`` were typed on the command line (not defaults, not the environment), as their flags."""
-    flags = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0]) for p in ctx.command.params}
-    return [flags[n] for n in names if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
 
 
 def extend_command(name: str, options: list[click.Option], use_es: Callable[[dict, dict], bool],
@@ -69,11 +63,11 @@ def extend_command(name: str, options: list[click.Option], use_es: Callable[[dic
         if use_es(kwargs, mine):
             reads = es_reads(mine) if callable(es_reads) else es_reads
             if reads is not None:
-                ignored = _given(ctx, [n for n in own if n not in set(reads) | CONNECTION | {"backend"}])
+                ignored = typed_options(ctx, [n for n in own if n not in set(reads) | CONNECTION | {"backend"}])
                 if ignored:
                     fail(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply with {route}")
             return handler(kwargs, mine)
-        extra = _given(ctx, [n for n in names if n not in ("backend", "target")])
+        extra = typed_options(ctx, [n for n in names if n not in ("backend", "target")])
         if extra:
             fail(f"{', '.join(extra)} {'is an Elasticsearch option' if len(extra) == 1 else 'are Elasticsearch options'}"
                  f": add {route}")
@@ -263,7 +257,7 @@ def _eval(kw: dict, es: dict) -> None:
 
     if kw["hybrid"] not in ("none", "rrf"):
         fail(f"--backend elasticsearch fuses hybrid results with the rrf retriever: --hybrid rrf, not {kw['hybrid']}")
-    if kw["query_mode"] == "model" and not kw["model_id"] and _given(click.get_current_context(), ["query_mode"]):
+    if kw["query_mode"] == "model" and not kw["model_id"] and typed_options(click.get_current_context(), ["query_mode"]):
         fail("--backend elasticsearch: --query-mode model needs --model-id (deployed model or inference endpoint)")
     with user_errors():  # the default query mode (model) without --model-id: query vectors computed here
         config = EsEvalConfig(dataset=kw["dataset"], split=kw["split"], index=kw["index_ref"] or "",

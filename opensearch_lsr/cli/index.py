@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..engines import connection_options
-from .app import cli, compile_setting, echo_json, fail, user_errors
+from .app import cli, compile_setting, echo_json, fail, refuse_cluster_options, user_errors
 
 __all__ = ["index_command"]
 
@@ -134,6 +134,7 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
 
     if resume and restart:
         fail("--resume and --restart contradict each other: pick one")
+    refuse_cluster_options(backend, offline=("local", "ndjson"))
     if threads:
         import torch
 

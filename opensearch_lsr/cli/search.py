@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..engines import connection_options
-from .app import USER_ERRORS, cli, echo_json, error_message, fail, user_errors
+from .app import USER_ERRORS, cli, echo_json, error_message, fail, refuse_cluster_options, user_errors
 
 __all__ = ["search_cmd", "eval_cmd", "tune_hybrid_cmd", "inference_free_cmd", "quickstart_cmd"]
 
@@ -90,6 +90,7 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
     English query against a Korean index built with a transferred model (SPLADE-X PSQ):
     `lsr-os search --index IDX --model runs/models/ko-sembridge --query-language en "what is ..."`.
     """
+    refuse_cluster_options(backend)
     from ..encoding.query_tokens import query_tokens_for
     from ..engines import connect
     from ..engines.query_dsl import (bool_query, explain_contributions, filter_clauses, nested_query,
@@ -271,6 +272,7 @@ def eval_cmd(dataset: str, split: str, model: str, query_mode: str, backend: str
     English queries -> Korean corpus `--query-language en`; Korean queries -> English corpus
     `--corpus-language en`; mixed corpus `--corpus-language mixed [--query-language ko|en]`.
     """
+    refuse_cluster_options(backend)
     from ..evaluation.crosslingual import CrossLingualSpec
     from ..evaluation.pipeline import EvalConfig, run_evaluation
 
@@ -354,6 +356,7 @@ def tune_hybrid_cmd(dataset: str, split: str, model: str, query_mode: str, query
     goes to OUT/search_pipeline.json; `lsr-os create-pipeline hybrid NAME --from-tuning OUT/hybrid_tuning.json`
     creates it on a cluster (use the printed pagination_depth in the hybrid query).
     """
+    refuse_cluster_options(backend)
     from ..evaluation.hybrid_tuning import HybridGrid, tune_hybrid, tuning_query_ids
     from ..evaluation.pipeline import EvalConfig
 

@@ -60,10 +60,28 @@ def test_search_empty_index_and_bad_queries(tmp_path, tiny_source_dir):
                       (["cat", "--mode", "tokens", "--model", str(tmp_path / "nope")], "nope"),
                       (["cat", "--mode", "tokens"], "--mode tokens needs --model"),
                       (["cat", "--filter", "nokey"], "FIELD=VALUE"),
-                      (["cat", "--mode", "model"], "--mode model needs")]:
+                      (["cat", "--mode", "model"], "--mode model needs"),
+                      (["cat", "--mode", "tokens", "--model", str(tiny_source_dir), "--url", "https://os:9200"],
+                       "--url connects to a cluster, but --backend is local: add --backend opensearch")]:
         res = runner.invoke(cli, base + args)
         assert res.exit_code != 0, (args, res.output)
         assert msg in res.output and "Traceback" not in res.output, (args, res.output)
+
+
+def test_cluster_options_with_an_offline_backend_are_refused(tmp_path):
+    """--url and the other connection options reach nothing with the local (default) or ndjson backend: an error,
+    before any work, instead of quietly using a local directory named like the cluster's index."""
+    runner = CliRunner()
+    cases = [(["eval", "--dataset", str(tmp_path), "--out", str(tmp_path / "o"), "--index", "my-os-index",
+               "--url", "https://os:9200", "--insecure"], "--url, --insecure connect to a cluster, but --backend is local"),
+             (["tune-hybrid", "--dataset", str(tmp_path), "--model", "splade-tiny", "--out", str(tmp_path / "t"),
+               "--user", "admin"], "--user connects to a cluster, but --backend is local"),
+             (["index", "--corpus", __file__, "--model", "splade-tiny", "--backend", "ndjson", "--index",
+               str(tmp_path / "n"), "--max-retries", "5"], "--max-retries connects to a cluster, but --backend is ndjson")]
+    for args, msg in cases:
+        res = runner.invoke(cli, args)
+        assert res.exit_code != 0 and msg in res.output and "Traceback" not in res.output, (args, res.output)
+    assert not any((tmp_path / d).exists() for d in ("o", "t", "n", "my-os-index"))
 
 
 def test_quickstart_bad_options():
