@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from ..opensearch.client import connection_options as _connection_options
-from .app import cli, echo_json, fail, user_errors
+from .app import cli, echo_json, fail, typed_options, user_errors
 
 __all__ = ["export_cmd", "deploy_model_cmd", "create_index_cmd", "create_pipeline_cmd", "airgap_kit_cmd"]
 
@@ -193,13 +193,16 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
                         expansion_rate: float, max_window_size: int, technique: str, normalization: str,
                         weights: str, rank_constant: int, from_tuning: str | None, attach_to: str | None,
                         **conn) -> None:
-    """Create pipeline NAME from pipelines/*.json: ingest (sparse_encoding), two-phase or hybrid search."""
+    """Create pipeline NAME from pipelines/*.json: ingest (sparse_encoding), two-phase or hybrid search.
+
+    hybrid with --technique auto: RRF where the cluster has it, unless --weights or --normalization are given
+    (then normalization), or --rank-constant (then RRF).
+    """
     from ..opensearch import indices as ix
 
+    technique = _pipeline_options(kind, technique)
     depth = None
     if from_tuning:
-        if kind != "hybrid":
-            fail("--from-tuning sets a hybrid pipeline: use `create-pipeline hybrid`")
         with user_errors():
             technique, normalization, weights, rank_constant, depth = _tuned_setting(from_tuning)
     with user_errors():
@@ -232,6 +235,35 @@ def create_pipeline_cmd(kind: str, name: str, model_id: str | None, text_field: 
     echo_json({"pipeline": name, "kind": kind, "cluster_version": features.version_string, "body": body,
                **({"attached_to": attach_to} if attach_to and kind != "ingest" else {}),
                **({"pagination_depth": depth} if depth else {})})
+
+
+#: the options of each pipeline kind (the connection, name and fields apply to all)
+_PIPELINE_OPTIONS = {"ingest": ("model_id", "prune", "batch_size", "skip_existing"),
+                     "two-phase": ("prune_ratio", "expansion_rate", "max_window_size", "attach_to"),
+                     "hybrid": ("technique", "normalization", "weights", "rank_constant", "from_tuning", "attach_to")}
+
+
+def _pipeline_options(kind: str, technique: str) -> str:
+    """Refuse typed options of another pipeline kind, or of the other hybrid technique; resolve ``auto`` from
+    what was typed (weights / normalization: score normalization; a rank constant: RRF)."""
+    ctx = click.get_current_context()
+    other = [n for k, names in _PIPELINE_OPTIONS.items() if k != kind for n in names if n not in _PIPELINE_OPTIONS[kind]]
+    given = typed_options(ctx, dict.fromkeys(other))
+    if given:
+        hint = " (an ingest pipeline is attached with `create-index --pipeline`)" if "--index" in given else ""
+        fail(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {'an' if kind[0] in 'aeiou' else 'a'} {kind} pipeline{hint}")
+    if kind != "hybrid":
+        return technique
+    if typed_options(ctx, ["from_tuning"]) and typed_options(ctx, ["technique", "normalization", "weights",
+                                                                   "rank_constant"]):
+        fail("--from-tuning sets the technique, weights and rank constant: leave those out")
+    score, rank = typed_options(ctx, ["normalization", "weights"]), typed_options(ctx, ["rank_constant"])
+    if (technique == "rrf" and score) or (technique == "normalization" and rank) or (score and rank):
+        fail(f"{', '.join(score + rank)}: RRF takes --rank-constant, normalization --normalization and --weights; "
+             f"not both")
+    if technique == "auto" and (score or rank):
+        return "normalization" if score else "rrf"
+    return technique
 
 
 def _tuned_setting(path: str) -> tuple[str, str, str, int, int]:

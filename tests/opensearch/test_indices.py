@@ -244,6 +244,19 @@ def test_cli_create_index_and_pipelines(tmp_path):
         assert res.exit_code == 0 and json.loads(res.output)["attached_to"] == "docs"
         res = runner.invoke(cli, ["create-pipeline", "two-phase", "tp", "--expansion-rate", "0.5", *url])
         assert res.exit_code == 1 and "expansion_rate" in res.output
+        # weights typed with the default technique (auto): score normalization, not RRF without them
+        res = runner.invoke(cli, ["create-pipeline", "hybrid", "hyb-w", "--weights", "0.2,0.8", *url])
+        assert res.exit_code == 0, res.output
+        body = json.dumps(json.loads(res.output)["body"])
+        assert "normalization-processor" in body and "[0.2, 0.8]" in body
+        for args, msg in [(["ingest", "i3", "--model-id", "abc", "--index", "docs"], "create-index --pipeline"),
+                          (["ingest", "i4", "--model-id", "abc", "--weights", "0.5,0.5"],
+                           "--weights does not apply to an ingest pipeline"),
+                          (["hybrid", "h2", "--prune-ratio", "0.3"], "--prune-ratio does not apply"),
+                          (["hybrid", "h3", "--technique", "rrf", "--weights", "0.5,0.5"], "not both"),
+                          (["hybrid", "h4", "--weights", "0.5,0.5", "--rank-constant", "20"], "not both")]:
+            res = runner.invoke(cli, ["create-pipeline", *args, *url])
+            assert res.exit_code != 0 and msg in res.output and "Traceback" not in res.output, (args, res.output)
         assert double.violations == []
     finally:
         double.stop()
