@@ -310,6 +310,8 @@ def airgap_kit_cmd(opensearch_version: str, fetch: bool, jars_dir: str | None, o
     with user_errors():
         plan = djl_cache.kit_plan(opensearch_version, data_path or check_path or "<path.data>")
         if check_path:
+            if fetch or jars_dir or out_dir or data_path:
+                fail("--check only checks an installed cache: leave out --fetch, --jars, --out and --install-to")
             folder = Path(plan["target_folder"])  # type: ignore[arg-type]
             problems = djl_cache.check_cache(folder)
             echo_json({**plan, "checked": str(folder), "problems": problems})
@@ -317,8 +319,8 @@ def airgap_kit_cmd(opensearch_version: str, fetch: bool, jars_dir: str | None, o
                 fail(f"the PyTorch cache at {folder} is incomplete: {'; '.join(problems)}")
             return
         if not out_dir:
-            if fetch or data_path:
-                fail("--fetch and --install-to need --out (where the kit is built)")
+            if fetch or data_path or jars_dir:
+                fail("--fetch, --jars and --install-to need --out (where the kit is built)")
             echo_json(plan)
             return
         jars = Path(jars_dir) if jars_dir else Path(out_dir) / "jars"

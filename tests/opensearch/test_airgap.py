@@ -85,6 +85,13 @@ def test_cli_plans_builds_and_checks(tmp_path):
     assert res.exit_code == 1 and res.stderr.strip().startswith("Error: the PyTorch cache at") and "missing" in res.stderr
     res = runner.invoke(cli, ["airgap-kit", "--opensearch-version", "2.19.1"])
     assert res.exit_code == 1 and len(res.stderr.strip().splitlines()) == 1
+    # options that would be dropped in silence: a plan that names --jars, a check that names what builds a kit
+    res = runner.invoke(cli, ["airgap-kit", "--opensearch-version", "3.6.0", "--jars", str(tmp_path / "j")])
+    assert res.exit_code == 1 and "--fetch, --jars and --install-to need --out" in res.stderr
+    res = runner.invoke(cli, ["airgap-kit", "--opensearch-version", "3.6.0", "--check", str(tmp_path / "data"),
+                              "--out", str(tmp_path / "kit2")])
+    assert res.exit_code == 1 and "--check only checks an installed cache" in res.stderr
+    assert not (tmp_path / "kit2").exists()
 
 
 def test_hint_recognises_the_djl_download_failure():
