@@ -135,9 +135,9 @@ def graph_bucket_census(tokens, max_batch_tokens: int, max_doc: int, window_docs
     from opensearch_lsr.encoding.graph_buckets import graph_shape
     from opensearch_lsr.encoding.packed_runner import FLUSH, ready_batches
 
-    starts = range(0, len(tokens.lengths), window_docs)
-    windows = iter([[(np.arange(s, min(s + window_docs, len(tokens.lengths))),
-                      tokens.select(np.arange(s, min(s + window_docs, len(tokens.lengths)))))] for s in starts])
+    n = len(tokens.lengths)
+    windows = iter([[(index, tokens.select(index))]
+                    for index in (np.arange(s, min(s + window_docs, n)) for s in range(0, n, window_docs))])
     shapes = [graph_shape(int(b.lengths.sum()), len(b.lengths), max_doc)
               for keys, b in ready_batches(lambda: next(windows, None), max_batch_tokens) if keys is not FLUSH]
     padded = sum(t for t, _ in shapes)

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from .app import cli, compile_setting, echo_json, fail, typed_options, user_errors
+from .app import CLUSTER_OPTIONS, cli, compile_setting, echo_json, fail, typed_options, user_errors
 
 __all__ = ["extend_command", "es_client_from_options", "es_connection_from_options"]
 
@@ -32,13 +32,13 @@ def _es_connection() -> list[click.Option]:
     ]
 
 
-#: the shared connection options every Elasticsearch route reads (``es_connection_from_options``)
-CONNECTION = frozenset({"url", "user", "password", "ca_certs", "insecure", "request_timeout", "max_retries"})
+#: the shared connection options every Elasticsearch route reads (``es_connection_from_options``): all but AWS signing
+CONNECTION = frozenset(CLUSTER_OPTIONS) - {"aws_region", "aws_service"}
 
 
 def extend_command(name: str, options: list[click.Option], use_es: Callable[[dict, dict], bool],
                    handler: Callable[[dict, dict], None], backend_choice: bool = False, *,
-                   es_reads: Callable[[dict], Any] | Any = (), route: str = "--backend elasticsearch") -> None:
+                   es_reads: Callable[[dict], Any] | Any = None, route: str = "--backend elasticsearch") -> None:
     """Add ``options`` to command ``name``; call ``handler(kwargs, es_kwargs)`` when ``use_es`` says so.
 
     With ``backend_choice`` the command's existing ``--backend`` choice gains ``elasticsearch``. Nothing typed on

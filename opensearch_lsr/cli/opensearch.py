@@ -247,11 +247,12 @@ def _pipeline_options(kind: str, technique: str) -> str:
     """Refuse typed options of another pipeline kind, or of the other hybrid technique; resolve ``auto`` from
     what was typed (weights / normalization: score normalization; a rank constant: RRF)."""
     ctx = click.get_current_context()
-    other = [n for k, names in _PIPELINE_OPTIONS.items() if k != kind for n in names if n not in _PIPELINE_OPTIONS[kind]]
-    given = typed_options(ctx, dict.fromkeys(other))
+    other = {n for names in _PIPELINE_OPTIONS.values() for n in names} - set(_PIPELINE_OPTIONS[kind])
+    given = typed_options(ctx, sorted(other))
     if given:
         hint = " (an ingest pipeline is attached with `create-index --pipeline`)" if "--index" in given else ""
-        fail(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {'an' if kind[0] in 'aeiou' else 'a'} {kind} pipeline{hint}")
+        article = "an" if kind[0] in "aeiou" else "a"
+        fail(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {article} {kind} pipeline{hint}")
     if kind != "hybrid":
         return technique
     if typed_options(ctx, ["from_tuning"]) and typed_options(ctx, ["technique", "normalization", "weights",

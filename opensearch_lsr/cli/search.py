@@ -148,16 +148,14 @@ def search_cmd(index_ref: str, query_text: str, mode: str, technique: str, weigh
             from ..lexical.queries import hybrid_query, match_query
 
             if psq_tokens is not None:
-                sparse = neural_sparse_query(field, query_tokens=psq_tokens, version=version,
-                                             method_params=method_params)
+                source: dict = {"query_tokens": psq_tokens}
             elif model:
-                sparse = neural_sparse_query(field, query_tokens=query_tokens_for(query_text, model, key_format=key_format),
-                                             version=version, method_params=method_params)
+                source = {"query_tokens": query_tokens_for(query_text, model, key_format=key_format)}
             elif model_id:
-                sparse = neural_sparse_query(field, query_text=query_text, model_id=model_id, version=version,
-                                             method_params=method_params)
+                source = {"query_text": query_text, "model_id": model_id}
             else:
                 fail("--mode hybrid needs --model (query_tokens computed here) or --model-id (a deployed model)")
+            sparse = neural_sparse_query(field, **source, version=version, method_params=method_params)
             fusion = HybridFusion(technique, tuple(_weights(weights)) if technique != "rrf" else None,  # type: ignore[arg-type]
                                   rank_constant)
             pipeline = search_pipeline or engine.put_search_pipeline("lsr-os-hybrid", fusion.pipeline())

@@ -167,8 +167,9 @@ class SparseDocumentEncoder:
         batching: how :meth:`encode` runs (:data:`Batching`); ``encode_dense`` is always the padded reference.
         max_batch_tokens: real tokens per packed forward pass (default: 64k on a GPU, 4k on CPU).
         compile: packed batching: ``torch.compile`` the whole body (``"body"``; ``"graphs"``: captured and replayed
-            as CUDA graphs, :mod:`.graph_replay`, batches padded by :mod:`.graph_buckets`), each block after attention (``"block"``) or each residual + LayerNorm
-            step (``True`` / ``"norm"``); ``None``: body on CUDA in bf16 / fp16.
+            as CUDA graphs, :mod:`.graph_replay`, batches padded by :mod:`.graph_buckets`), each block after
+            attention (``"block"``) or each residual + LayerNorm step (``True`` / ``"norm"``); ``None``: body on CUDA
+            in bf16 / fp16.
     """
 
     def __new__(cls, model: str | os.PathLike | None = None, *args: Any, **kwargs: Any):

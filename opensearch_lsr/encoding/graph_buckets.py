@@ -3,7 +3,7 @@
 A CUDA graph replays fixed shapes; packed batches have a different token and document count each time. With
 ``compile="graphs"`` (:class:`~.packed.PackedMLM`) a batch is padded up to a bucket: the token count to a
 multiple of ``granularity``, the document count to a power of two, and the longest document to the model's
-longest (what varlen attention is told), so a corpus needs a few dozen recorded graphs, not one per batch. The
+longest (what varlen attention is told), so a corpus needs a handful of recorded graphs, not one per batch. The
 padding tokens form extra documents of 1 to ``max_doc`` tokens (attention never crosses documents, so the real
 ones are untouched) and are dropped before the vocabulary head.
 

@@ -206,10 +206,10 @@ class CompiledStep:
     Triton, no C++ compiler). Shapes are dynamic in the token count only (automatic dynamic shapes: the first
     call compiles for its shape, the second for any token count)."""
 
-    def __init__(self, fn: Callable[..., Any], eager: Callable[..., Any] | None = None, mode: str | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], eager: Callable[..., Any] | None = None) -> None:
         self.fn = fn
         self.eager = eager or fn  # what runs instead once compiling has failed
-        self._compiled = torch.compile(fn, mode=mode)
+        self._compiled = torch.compile(fn)
         self.compiled = True
 
     def __call__(self, *args: Any) -> Any:
