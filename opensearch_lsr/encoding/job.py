@@ -35,7 +35,8 @@ from .documents import DocumentBuilder, doc_id_for, split_passages
 from .indexing import build_actions
 from .job_config import (DEFAULT_BULK_CONCURRENCY, MAX_BULK_CONCURRENCY, Backend, IndexJobConfig, IndexJobError,
                          default_work_dir, make_writer, write_concurrency)
-from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, Checkpoint, ReportFile, SeenIds
+from .job_state import (CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, Checkpoint, ReportFile, SeenIds,
+                        warn_nonfinite)
 from .readers import BadRecord, CorpusRecord, count_records, read_corpus
 
 __all__ = ["Backend", "IndexJobConfig", "IndexJobError", "IndexJob", "run_index_job", "default_work_dir",
@@ -473,6 +474,7 @@ class IndexJob:
         self.dead.close()
         summary = self._summary(final, elapsed, position if checkpoint else None, prune)
         write_json(work / SUMMARY, summary)
+        warn_nonfinite(summary["encoder"])
         return summary
 
     def _summary(self, final: Counter, elapsed: float, resumed_from: int | None, prune) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sqlite3
 from dataclasses import dataclass, field
@@ -16,13 +17,31 @@ from typing import Any
 
 from ..config import read_json, write_json
 
-__all__ = ["Checkpoint", "SeenIds", "ReportFile", "CHECKPOINT", "SKIPPED", "DEAD_LETTER", "SUMMARY", "SEEN_DB"]
+__all__ = ["Checkpoint", "SeenIds", "ReportFile", "CHECKPOINT", "SKIPPED", "DEAD_LETTER", "SUMMARY", "SEEN_DB",
+           "warn_nonfinite"]
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.json"
 SKIPPED = "skipped.jsonl"
 DEAD_LETTER = "dead_letter.jsonl"
 SUMMARY = "summary.json"
 SEEN_DB = "seen_ids.sqlite"
+
+
+def warn_nonfinite(encoder: dict[str, Any]) -> None:
+    """Warn when a job's summary (its ``encoder`` part) counts non-finite weights dropped from documents.
+
+    NaN / inf weights never reach an index (contract section 4.1), so the documents that had them lost those
+    terms. In fp16 the usual cause is an activation past 65,504 (fp16's largest value); bf16 keeps fp32's range.
+    """
+    dropped = int(encoder.get("nonfinite_dropped") or 0)
+    if not dropped:
+        return
+    hint = ("fp16 overflows past 65,504: --precision bf16 (fp32's range) or fp32 avoids it"
+            if encoder.get("precision") == "fp16" else "the model itself outputs NaN / inf for some texts")
+    logger.warning("%d non-finite weights (NaN / inf) left the encoder and were dropped from their documents "
+                   "(summary: encoder.nonfinite_dropped); %s", dropped, hint)
 
 
 @dataclass

@@ -41,7 +41,7 @@ from typing import Any
 from ..config import ArtifactConfig, write_json
 from .documents import doc_id_for
 from .job_config import IndexJobConfig, IndexJobError, default_work_dir, make_writer
-from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, ReportFile, SeenIds
+from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, ReportFile, SeenIds, warn_nonfinite
 from .readers import BadRecord, read_corpus
 from .ray_source import CorpusBlocksDatasource, PlanBlock
 from .ray_workers import RESULT_COLUMNS, BlockEncoder, NdjsonBlockWriter, dead_letter_entry
@@ -421,4 +421,5 @@ def _summary(config: IndexJobConfig, options: RayOptions, work: Path, plan: Corp
         "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),
     }
     write_json(work / SUMMARY, summary)
+    warn_nonfinite(summary["encoder"])
     return summary

@@ -207,6 +207,36 @@ def test_a_job_with_the_body_compiled_writes_what_the_eager_job_writes(tmp_path,
         assert max(abs(w - body[doc_id][k]) for k, w in vector.items()) <= 1e-4
 
 
+def test_dropped_nonfinite_weights_are_counted_and_warned(tmp_path, tiny_source_dir, caplog):
+    """NaN weights never reach the index; the summary counts them and the job warns, with a hint for fp16."""
+    import logging
+
+    import torch
+
+    from opensearch_lsr.encoding.job_state import warn_nonfinite
+
+    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batch_size=8, batching="padded")
+    bad_id = next(i for i, k in enumerate(enc.keys) if k and i not in enc.special_ids)
+    with torch.no_grad():
+        enc.model.get_output_embeddings().bias[bad_id] = float("nan")
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 12, bad=False)
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(tmp_path / "o"))
+    with caplog.at_level(logging.WARNING, logger="opensearch_lsr.encoding.job_state"):
+        summary = run_index_job(cfg, encoder=enc, progress=False)
+    assert summary["indexed"] == len(valid) and summary["encoder"]["nonfinite_dropped"] == len(valid)
+    docs = [json.loads(d)["sparse_embedding"] for d in (tmp_path / "o" / "bulk-00000.ndjson").read_text().splitlines()[1::2]]
+    assert len(docs) == len(valid) and all(docs) and not any(enc.keys[bad_id] in d for d in docs)
+    assert [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()] == [(
+        f"{len(valid)} non-finite weights (NaN / inf) left the encoder and were dropped from their documents (summary: "
+        "encoder.nonfinite_dropped); the model itself outputs NaN / inf for some texts")]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="opensearch_lsr.encoding.job_state"):
+        warn_nonfinite({"nonfinite_dropped": 0, "precision": "fp16"})
+        assert not caplog.records
+        warn_nonfinite({"nonfinite_dropped": 5, "precision": "fp16"})
+    assert "--precision bf16" in caplog.records[0].getMessage()
+
+
 def test_settings_the_job_would_ignore_are_refused(tmp_path):
     """Options that cannot apply to a configuration are errors, not silently dropped."""
     ndjson = dict(corpus="c.jsonl", model="m", backend="ndjson", index=str(tmp_path / "o"))
