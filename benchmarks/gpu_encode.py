@@ -295,29 +295,33 @@ def stage_times(enc: SparseDocumentEncoder, texts: list[str], max_batches: int =
 
 
 def exactness(a: list, b: list) -> dict:
-    """Id sets, max |dw| on shared ids, active-set Jaccard between two lists of vectors."""
-    same_ids, max_dw, jac = 0, 0.0, []
+    """Id sets, max |dw| on shared ids, active-set Jaccard between two lists of vectors, and the largest weight of
+    an id that only one side has (``max_unshared_weight``: how close to zero the disagreements are)."""
+    same_ids, max_dw, max_unshared, jac = 0, 0.0, 0.0, []
     for x, y in zip(a, b):
         if np.array_equal(x.ids, y.ids):
             same_ids += 1
             if len(x.ids):
                 max_dw = max(max_dw, float(np.abs(x.weights - y.weights).max()))
         else:
-            sx, sy = set(x.ids.tolist()), set(y.ids.tolist())
-            common = np.array(sorted(sx & sy), dtype=np.int64)
+            common = np.intersect1d(x.ids, y.ids)
             if len(common):
                 wx = x.weights[np.searchsorted(x.ids, common)]
                 wy = y.weights[np.searchsorted(y.ids, common)]
                 max_dw = max(max_dw, float(np.abs(wx - wy).max()))
+            for v in (x, y):
+                only = ~np.isin(v.ids, common)
+                if only.any():
+                    max_unshared = max(max_unshared, float(v.weights[only].max()))
         union = len(np.union1d(x.ids, y.ids))
         jac.append(len(np.intersect1d(x.ids, y.ids)) / union if union else 1.0)
-    return {"docs": len(a), "identical_id_sets": same_ids, "max_abs_dw": max_dw,
+    return {"docs": len(a), "identical_id_sets": same_ids, "max_abs_dw": max_dw, "max_unshared_weight": max_unshared,
             "jaccard_mean": float(np.mean(jac)), "jaccard_min": float(np.min(jac))}
 
 
 def mrr_at_10(dataset: Path, device: torch.device, model: str, limit: int | None = None) -> dict:
-    """Dev MRR@10 with documents encoded in bf16 and in fp32 (queries fp32), exact dot-product retrieval
-    (``limit``: the first documents only, and the queries judged on them)."""
+    """Dev MRR@10 with documents encoded in bf16, fp16 (CUDA only) and fp32 (queries fp32), exact dot-product
+    retrieval (``limit``: the first documents only, and the queries judged on them)."""
     import scipy.sparse as sp
 
     corpus = [json.loads(line) for line in open(dataset / "corpus.jsonl", encoding="utf-8")][:limit]
@@ -339,7 +343,7 @@ def mrr_at_10(dataset: Path, device: torch.device, model: str, limit: int | None
     q_enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
     qm = matrix(q_enc.encode([queries[q] for q in qids]), q_enc.vocab_size)
     out = {}
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "fp16") if device.type == "cuda" else ("fp32", "bf16"):
         enc = SparseDocumentEncoder(model, device=str(device), precision=precision, batching="packed")
         dm = matrix(enc.encode([d["text"] for d in corpus]), enc.vocab_size)
         scores = (qm @ dm.T).toarray()
@@ -659,7 +663,7 @@ def markdown(result: dict) -> str:
                  ("packed fp16 vs fp32", r.get("fp16_vs_fp32_packed")),
                  ("reference bf16 vs fp32 (the bf16 the reference path ships)", r.get("bf16_vs_fp32_reference")),
                  ("lsr-os index --backend ndjson", r.get("ndjson_end_to_end")),
-                 ("dev MRR@10 (bf16 / fp32 documents)", r.get("mrr_at_10")),
+                 ("dev MRR@10 (bf16 / fp16 / fp32 documents)", r.get("mrr_at_10")),
                  ("errors", r.get("errors"))]
         lines += [f"- {k}: `{json.dumps(v, ensure_ascii=False)}`" for k, v in facts if v is not None]
         lines.append("")

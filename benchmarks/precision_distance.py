@@ -11,13 +11,17 @@ encoder runs (``packed_layouts.packed_model``, ``PackedRunner``), eager (no ``to
 the question of rounding before a card is at hand; on CUDA the same script measures the card's kernels, and
 ``gpu_encode.py`` reports fp16 against fp32 for the compiled default as well.
 
-    python benchmarks/precision_distance.py [--model splade-tiny] [--limit 120] [--device cpu] [--out F.json]
-                                            [--md F.md]
+    python benchmarks/precision_distance.py [--model splade-tiny | bert-base-random | DIR] [--limit 120]
+                                            [--device cpu] [--out F.json]
+
+``bert-base-random`` is ``gpu_encode.py``'s BERT-base-shaped model (12 x 768, the Korean vocabulary, random weights
+from seed 0, the decoder bias shifted on the corpus's first 128 passages), so the same model its card runs time.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
-from gpu_encode import exactness, load_corpus  # noqa: E402
+from gpu_encode import exactness, load_corpus, random_mlm  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -68,17 +72,19 @@ def markdown(result: dict) -> str:
         d = row.get("vs_fp32") or {}
         rows.append([name, row["seconds"], row["mean_nonzeros"], row["nonfinite_dropped"],
                      f"{d['identical_id_sets']} / {d['docs']}" if d else "-", d.get("max_abs_dw"),
-                     d.get("jaccard_mean"), d.get("jaccard_min")])
+                     d.get("max_unshared_weight"), d.get("jaccard_mean"), d.get("jaccard_min")])
     return (f"# bf16 and fp16 documents against fp32: {result['model']}, {result['docs']} Korean passages "
             f"({result['tokens']:,} tokens), {result['device']}\n\n"
             + harness.markdown_table(["precision", "seconds", "ids per doc", "non-finite dropped",
-                                      "identical id sets", "max |dw|", "Jaccard mean", "Jaccard min"], rows, ".4g")
+                                      "identical id sets", "max |dw|", "largest weight one side lacks",
+                                      "Jaccard mean", "Jaccard min"], rows, ".4g")
             + "\n")
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="splade-tiny", help="splade-tiny (the installed one) or a model directory.")
+    p.add_argument("--model", default="splade-tiny",
+                   help="splade-tiny (the installed one), bert-base-random (gpu_encode.py's) or a model directory.")
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"), help="The shared data folder.")
     p.add_argument("--limit", type=int, default=120, help="Passages (the corpus's first ones).")
     p.add_argument("--device", default="cpu", help="cpu or cuda.")
@@ -89,9 +95,17 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(min(2, torch.get_num_threads()))
     from opensearch_lsr.resources import splade_tiny_path
 
-    model = str(splade_tiny_path()) if args.model == "splade-tiny" else args.model
-    _, texts = load_corpus(Path(args.data) / "msmarco-ko" / "corpus.jsonl", 1, args.limit)
-    result = {"model": args.model, "device": args.device, **distances(model, texts, args.device, args.precisions)}
+    data = Path(args.data)
+    _, corpus = load_corpus(data / "msmarco-ko" / "corpus.jsonl", 1, max(args.limit, 128))
+    texts = corpus[:args.limit]
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model == "bert-base-random":
+            model = str(random_mlm(data / "kobigbird-bert-base-tokenizer", Path(tmp) / "bert", corpus[:128],
+                                   torch.device(args.device), layers=12, hidden=768, heads=12, intermediate=3072))
+        else:
+            model = str(splade_tiny_path()) if args.model == "splade-tiny" else args.model
+        result = {"model": args.model, "device": args.device,
+                  **distances(model, texts, args.device, args.precisions)}
     md = markdown(result)
     print(md)
     if args.out:

@@ -63,3 +63,20 @@ def test_collector_pauses_counts_the_collections_inside_the_block_only(load_scri
     gc.collect()  # after the block: not counted
     assert pauses["collections"] == [1, 0, 1] and pauses["total_ms"] >= pauses["max_ms"] > 0
     assert all(cb.__name__ != "callback" for cb in gc.callbacks)
+
+
+def test_exactness_reports_how_close_to_zero_the_disagreements_are(load_script):
+    import numpy as np
+
+    from opensearch_lsr.encoding.sparse_vector import SparseVector
+
+    module = load_script("gpu_encode")
+
+    def vec(ids, weights):
+        return SparseVector(np.array(ids, dtype=np.int64), np.array(weights, dtype=np.float32))
+
+    a = [vec([1, 2, 3], [0.5, 1.0, 2e-6]), vec([4], [1.0])]
+    b = [vec([1, 2, 7], [0.5, 1.25, 3e-6]), vec([4], [0.75])]
+    got = module.exactness(a, b)
+    assert got["identical_id_sets"] == 1 and got["max_abs_dw"] == 0.25  # shared ids only
+    assert np.isclose(got["max_unshared_weight"], 3e-6) and got["jaccard_mean"] == (0.5 + 1.0) / 2

@@ -10,6 +10,7 @@ def test_precision_distance_measures_bf16_and_fp16_against_fp32(shared_data, spl
     result = module.main(["--model", str(splade_tiny_dir), "--data", str(shared_data), "--limit", "2",
                           "--out", str(out)])
     assert json.loads(out.read_text())["run"]["commit"] and "| fp16 |" in out.with_suffix(".md").read_text()
+    assert "largest weight one side lacks" in out.with_suffix(".md").read_text()
     rows = result["rows"]
     assert list(rows) == ["fp32", "bf16", "fp16"] and result["docs"] == 2
     assert all(r["nonfinite_dropped"] == 0 and r["mean_nonzeros"] > 20 for r in rows.values())
