@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from .device_sparse import PendingSparse, sparsify
+from .gc_freeze import frozen_heap
 from .sparse_vector import SparseVector
 from .packed import PackedMLM, Segments
 from .token_batches import token_budget_batches
@@ -97,6 +99,10 @@ class PackedRunner:
         depth: batches launched before the oldest one's result is taken (>= 1).
     """
 
+    #: keep the objects alive when :meth:`stream` starts from the cycle collector until it ends (its full passes
+    #: stall the launching thread; :mod:`.gc_freeze`)
+    freeze_heap: bool = True
+
     def __init__(self, model: PackedMLM, *, activation: str, special_ids: Sequence[int], max_batch_tokens: int,
                  depth: int = 2) -> None:
         if max_batch_tokens < 1 or depth < 1:
@@ -170,26 +176,28 @@ class PackedRunner:
 
     def stream(self, batches: Iterator[tuple[object, TokenizedTexts]]) -> Iterator[tuple[object, list[SparseVector]]]:
         """Run ``(tag, batch)`` pairs in order with ``depth`` in flight; yields ``(tag, vectors)`` in order.
-        A ``(FLUSH, None)`` pair completes everything in flight first (the source is about to wait)."""
+        A ``(FLUSH, None)`` pair completes everything in flight first (the source is about to wait). The objects
+        alive when it starts are kept from the cycle collector until it ends (:func:`.gc_freeze.frozen_heap`)."""
         inflight: deque = deque()
-        for tag, batch in self._timed_source(batches):
-            if tag is FLUSH:
-                while inflight:
+        with frozen_heap() if self.freeze_heap else nullcontext():
+            for tag, batch in self._timed_source(batches):
+                if tag is FLUSH:
+                    while inflight:
+                        tag0, n0, pending = inflight.popleft()
+                        yield tag0, self._take(pending, n0)
+                    continue
+                t0 = time.perf_counter()
+                inflight.append((tag, len(batch.lengths), self.launch(batch)))
+                self.stats.by_stage["launch"] += time.perf_counter() - t0
+                self.stats.batches += 1
+                self.stats.tokens += int(batch.lengths.sum())
+                self.stats.documents += len(batch.lengths)
+                if len(inflight) > self.depth:
                     tag0, n0, pending = inflight.popleft()
                     yield tag0, self._take(pending, n0)
-                continue
-            t0 = time.perf_counter()
-            inflight.append((tag, len(batch.lengths), self.launch(batch)))
-            self.stats.by_stage["launch"] += time.perf_counter() - t0
-            self.stats.batches += 1
-            self.stats.tokens += int(batch.lengths.sum())
-            self.stats.documents += len(batch.lengths)
-            if len(inflight) > self.depth:
+            while inflight:
                 tag0, n0, pending = inflight.popleft()
                 yield tag0, self._take(pending, n0)
-        while inflight:
-            tag0, n0, pending = inflight.popleft()
-            yield tag0, self._take(pending, n0)
 
     def _timed_source(self, batches: Iterator[tuple[object, TokenizedTexts | None]]) -> Iterator[tuple[object, Any]]:
         """``batches``, with the time spent waiting for each one in ``stats``."""

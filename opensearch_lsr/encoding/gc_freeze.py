@@ -1,0 +1,47 @@
+"""Keep Python's cycle collector off the objects that were alive before a packed encode started.
+
+A full (generation-2) collection stops every thread while it walks every tracked object: half a million or more
+once torch, transformers and a model are loaded, more with what compiling and the caller leave. Inside an encode on
+a 2-core EPYC one took 332 ms (``benchmarks/gc_pauses.py``, ``benchmarks/results/gc_pauses.md``), and on a GPU the
+device idles while the launching thread waits (the H200 profiles of ``gpu_encode.py`` show gaps of 44-67 ms, not
+yet set against collections). ``gc.freeze()`` moves every tracked object into a permanent generation
+that collections skip; ``gc.unfreeze()`` moves them back into the oldest one. Both are constant-time list splices.
+Inference servers freeze once after their warm-up (vLLM's ``freeze_gc_heap`` after compiling and warming up,
+SGLang's ``freeze_gc``); a library shares its process, so :func:`frozen_heap` freezes only while a packed encode
+runs and unfreezes when the last one ends. Objects that die meanwhile are collected after the unfreeze (or freed
+at once by reference counting, as nearly all are). A process that froze objects itself, or turned the collector
+off, is left as it is.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["frozen_heap"]
+
+_lock = threading.Lock()
+_depth = 0
+_owned = False
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Objects alive on entry are skipped by the collector until the outermost ``frozen_heap`` exits (threads
+    share one freeze); does nothing where the collector is off or objects were frozen before."""
+    global _depth, _owned
+    with _lock:
+        if _depth == 0:
+            _owned = gc.isenabled() and gc.get_freeze_count() == 0
+            if _owned:
+                gc.freeze()
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _owned:
+                gc.unfreeze()
+                _owned = False

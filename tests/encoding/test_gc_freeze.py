@@ -1,0 +1,101 @@
+"""``frozen_heap``: the collector skips the objects alive when a packed encode starts, and only while it runs."""
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import pytest
+
+from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+from opensearch_lsr.encoding.gc_freeze import frozen_heap
+
+
+@pytest.fixture(autouse=True)
+def _collector_on_and_nothing_frozen():
+    assert gc.get_freeze_count() == 0
+    enabled = gc.isenabled()
+    gc.enable()
+    yield
+    assert gc.get_freeze_count() == 0  # nothing left frozen by a test
+    if not enabled:
+        gc.disable()
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_objects_alive_on_entry_are_skipped_until_the_outermost_exit_then_collected():
+    doomed = _Cycle()
+    gone = weakref.ref(doomed)
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+        with frozen_heap():  # nested: one freeze
+            pass
+        assert gc.get_freeze_count() > 0
+        del doomed
+        gc.collect()
+        assert gone() is not None  # frozen garbage waits
+        fresh = _Cycle()
+        fresh_ref = weakref.ref(fresh)
+        del fresh
+        gc.collect()
+        assert fresh_ref() is None  # what the encode itself drops is collected as usual
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert gone() is None
+
+
+def test_threads_share_one_freeze_and_the_last_one_out_unfreezes():
+    entered, release = threading.Barrier(3), threading.Event()
+
+    def encode() -> None:
+        with frozen_heap():
+            entered.wait()
+            release.wait()
+
+    threads = [threading.Thread(target=encode) for _ in range(2)]
+    for t in threads:
+        t.start()
+    entered.wait()
+    with frozen_heap():
+        pass  # a third, short encode ends while the others still run
+    assert gc.get_freeze_count() > 0
+    release.set()
+    for t in threads:
+        t.join()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_or_stopped_the_collector_is_left_alone():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() == frozen  # not unfrozen behind the caller's back
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        with frozen_heap():
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+
+
+def test_a_packed_encode_runs_with_the_heap_frozen_unless_told_not_to(tiny_source_dir, monkeypatch):
+    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="packed", max_batch_tokens=512)
+    seen = []
+    take = type(enc.runner)._take
+    monkeypatch.setattr(type(enc.runner), "_take", lambda self, *a: seen.append(gc.get_freeze_count()) or take(self, *a))
+    texts = [f"house {i} " * (1 + i % 7) for i in range(40)]
+    frozen = enc.encode(texts)
+    assert seen and all(count > 0 for count in seen) and gc.get_freeze_count() == 0
+    seen.clear()
+    enc.runner.freeze_heap = False
+    plain = enc.encode(texts)
+    assert seen and all(count == 0 for count in seen)
+    assert all((a.ids == b.ids).all() and (a.weights == b.weights).all() for a, b in zip(frozen, plain))
