@@ -132,11 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
     _, texts = load_corpus(Path(args.data) / "msmarco-ko" / "corpus.jsonl", args.repeat, args.limit)
     result = {"model": args.model, "device": args.device,
               **measure(model, texts, args.device, args.passes, args.real, args.survivors)}
-    md = markdown(result)
-    print(md)
-    if args.out:
-        harness.write_results(Path(args.out).with_suffix(""), result, md)
-    return result
+    return harness.publish(result, markdown(result), args.out)
 
 
 if __name__ == "__main__":

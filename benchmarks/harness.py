@@ -262,6 +262,15 @@ def write_results(stem: str | os.PathLike, payload: dict[str, Any], markdown: st
     return json_path, md_path
 
 
+def publish(result: dict[str, Any], markdown: str, out: str | os.PathLike | None) -> dict[str, Any]:
+    """Print ``markdown``; with ``out``, write ``result`` there as JSON and the table beside it as ``.md``
+    (:func:`write_results`). Returns ``result``."""
+    print(markdown)
+    if out:
+        write_results(Path(out).with_suffix(""), result, markdown)
+    return result
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], floats: str = ".3f") -> str:
     """A markdown table; floats formatted with ``floats``, ``None`` as an em dash."""
     def cell(value: Any) -> str:

@@ -106,11 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
             model = str(splade_tiny_path()) if args.model == "splade-tiny" else args.model
         result = {"model": args.model, "device": args.device,
                   **distances(model, texts, args.device, args.precisions)}
-    md = markdown(result)
-    print(md)
-    if args.out:
-        harness.write_results(Path(args.out).with_suffix(""), result, md)
-    return result
+    return harness.publish(result, markdown(result), args.out)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ import torch
 
 from .device_sparse import PendingSparse, sparsify
 from .gc_freeze import frozen_heap
-from .sparse_vector import SparseVector
 from .packed import PackedMLM, Segments
+from .sparse_vector import SparseVector
 from .token_batches import token_budget_batches
 from .token_ids import TokenizedTexts, concat_tokenized
 

@@ -14,5 +14,6 @@ def test_gc_pauses_benchmark_compares_the_frozen_heap_with_the_plain_one(shared_
     frozen, plain = result["summary"]["frozen"], result["summary"]["not frozen"]
     assert frozen["passes"] == plain["passes"] == 1 and frozen["docs_per_s_median"] > 0 < plain["docs_per_s_median"]
     # with the heap frozen a full collection walks almost nothing; without, everything torch and the model left
-    assert frozen["full_collection_now"]["objects_walked"] < 1000 < 100_000 < plain["full_collection_now"]["objects_walked"]
+    assert frozen["full_collection_now"]["objects_walked"] < 1000
+    assert plain["full_collection_now"]["objects_walked"] > 100_000
     assert result["survivors_per_pass"] == 1000 and len(result["passes"]["frozen"]) == 1
