@@ -15,6 +15,7 @@ off, is left as it is.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,17 @@ __all__ = ["frozen_heap"]
 _lock = threading.Lock()
 _depth = 0
 _owned = False
+
+
+def _reset_in_child() -> None:
+    """A forked child has none of the parent's encoding threads: fresh bookkeeping, and a lock no thread holds
+    (what the parent froze stays frozen there, which is what a fork wants)."""
+    global _lock, _depth, _owned
+    _lock, _depth, _owned = threading.Lock(), 0, False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)
 
 
 @contextmanager

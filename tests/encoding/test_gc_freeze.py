@@ -99,3 +99,47 @@ def test_a_packed_encode_runs_with_the_heap_frozen_unless_told_not_to(tiny_sourc
     plain = enc.encode(texts)
     assert seen and all(count == 0 for count in seen)
     assert all((a.ids == b.ids).all() and (a.weights == b.weights).all() for a, b in zip(frozen, plain))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_child_forked_while_another_thread_held_the_bookkeeping_lock_does_not_hang():
+    import os
+    import select
+    import signal
+
+    from opensearch_lsr.encoding import gc_freeze
+
+    held, forked = threading.Event(), threading.Event()
+
+    def other_encode() -> None:  # another encoding thread, inside the bookkeeping when the fork comes
+        with gc_freeze._lock:
+            held.set()
+            forked.wait(20)
+
+    other = threading.Thread(target=other_encode)
+    with frozen_heap():
+        read, write = os.pipe()
+        other.start()
+        held.wait(20)
+        pid = os.fork()
+        if pid:
+            forked.set()
+            other.join()
+        if pid == 0:  # the child: frozen_heap must neither block nor unfreeze what the parent froze
+            ok = False
+            try:
+                inherited = gc.get_freeze_count()
+                with frozen_heap():
+                    pass
+                ok = inherited > 0 and gc.get_freeze_count() == inherited
+            finally:
+                os.write(write, b"1" if ok else b"0")
+                os._exit(0)
+        os.close(write)
+        ready, _, _ = select.select([read], [], [], 20)
+        answer = os.read(read, 1) if ready else b"hung"
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)
+    assert answer == b"1"
