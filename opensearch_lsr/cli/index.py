@@ -70,7 +70,8 @@ __all__ = ["index_command"]
                    "emulate bf16 and are slower in it). bf16 is not equal output (weights move by up to ~0.1, "
                    "~1-2 % of keys change); fp16 (CUDA) rounds 8x finer at bf16's tensor-core rate (active-set "
                    "Jaccard to fp32 0.997 / 0.995 on SPLADE-tiny / a BERT-base shape, bf16 0.978 / 0.971) but "
-                   "overflows past 65,504 (the job warns and counts the weights it drops); with --encoder-runtime openvino it compiles the body at bf16 too (the "
+                   "overflows past 65,504 (packed batching encodes such a batch again in bf16, counted in the "
+                   "summary's encoder.overflow_reruns); with --encoder-runtime openvino it compiles the body at bf16 too (the "
                    "fastest encoder on CPUs with AVX512-BF16/AMX).")
 @click.option("--text-field", default="text", show_default=True, help="Text field of the indexed documents.")
 @click.option("--sparse-field", default="sparse_embedding", show_default=True, help="Sparse field of the documents.")

@@ -525,7 +525,7 @@ def _device_thread(encoder: Any) -> dict[str, Any]:
     if stats is None:
         return {}
     out = {"device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
-           "source_waits_over_1ms": stats.source_waits_over_1ms}
+           "source_waits_over_1ms": stats.source_waits_over_1ms, "overflow_reruns": stats.overflow_reruns}
     graphs = getattr(runner.model, "graph_replay", None)
     if graphs is not None:
         out["cuda_graphs"] = asdict(graphs.stats)

@@ -9,6 +9,7 @@ side never blocks the device, and the one wait per batch overlaps with the devic
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +27,8 @@ from .packed import PackedMLM, Segments
 from .sparse_vector import SparseVector
 from .token_batches import token_budget_batches
 from .token_ids import TokenizedTexts, concat_tokenized
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches"]
 
@@ -47,6 +50,8 @@ class RunnerStats:
                                                                 "source": 0.0})
     #: waits for the next batch longer than 1 ms (the device runs dry if they outlast what is in flight)
     source_waits_over_1ms: int = 0
+    #: batches encoded again by the fallback model because their weights came out NaN / inf (fp16's overflow)
+    overflow_reruns: int = 0
 
 
 def ready_batches(take_window: Callable[[], list[tuple[np.ndarray, TokenizedTexts]] | None],
@@ -97,6 +102,7 @@ class PackedRunner:
         special_ids: ids zeroed in every vector (the export does the same).
         max_batch_tokens: real tokens per forward pass.
         depth: batches launched before the oldest one's result is taken (>= 1).
+        fallback: builds the model for batches whose weights came out non-finite (see :meth:`_take`).
     """
 
     #: keep the objects alive when :meth:`stream` starts from the cycle collector until it ends (its full passes
@@ -104,10 +110,14 @@ class PackedRunner:
     freeze_heap: bool = True
 
     def __init__(self, model: PackedMLM, *, activation: str, special_ids: Sequence[int], max_batch_tokens: int,
-                 depth: int = 2) -> None:
+                 depth: int = 2, fallback: Callable[[], PackedMLM] | None = None) -> None:
         if max_batch_tokens < 1 or depth < 1:
             raise ValueError("max_batch_tokens and depth must be >= 1")
         self.model = model
+        #: builds (once, on first need) the model that encodes a batch again when its weights came out NaN / inf:
+        #: with fp16 compute, where activations past 65,504 overflow, a bf16 model (fp32's range)
+        self.fallback = fallback
+        self._fallback_model: PackedMLM | None = None
         self.device = model.device
         self.activation = activation
         self.special = torch.tensor(sorted(set(special_ids)), dtype=torch.long, device=self.device)
@@ -142,16 +152,18 @@ class PackedRunner:
         return act
 
     @torch.inference_mode()
-    def launch(self, batch: TokenizedTexts) -> PendingSparse:
-        """Queue one packed batch on the device; returns its pending sparse result."""
+    def launch(self, batch: TokenizedTexts, model: PackedMLM | None = None) -> PendingSparse:
+        """Queue one packed batch on the device (through ``model``, default :attr:`model`); returns its pending
+        sparse result."""
+        model = model or self.model
         ids_host = batch.ids
-        shape = self.model.graph_shape(len(ids_host), len(batch.lengths))  # compile="graphs": a bucket's shape
+        shape = model.graph_shape(len(ids_host), len(batch.lengths))  # compile="graphs": a bucket's shape
         if shape is not None:
             ids_host = np.concatenate([ids_host, np.zeros(shape[0] - len(ids_host), ids_host.dtype)])
         ids = self._to_device(ids_host)
         seg = Segments.from_lengths(batch.lengths, self.device, pin=self.on_cuda, pad_to=shape,
-                                    max_doc=self.model.max_doc_tokens)
-        weights = self.activate(self.model.pooled_max(ids, seg))
+                                    max_doc=model.max_doc_tokens)
+        weights = self.activate(model.pooled_max(ids, seg))
         if not self.on_cuda:
             return sparsify(weights)
         done = torch.cuda.Event()
@@ -161,18 +173,40 @@ class PackedRunner:
             weights.record_stream(self.sparse_stream)
             return sparsify(weights, static_size=self.static_per_doc * len(batch.lengths))
 
-    def _take(self, pending: PendingSparse, n_docs: int) -> list[SparseVector]:
+    def _take(self, pending: PendingSparse, batch: TokenizedTexts) -> list[SparseVector]:
+        """A launched batch's vectors. If some weights came out NaN / inf and a :attr:`fallback` is set, the batch
+        is encoded again by the fallback model and its vectors are taken instead (what stays non-finite then is
+        dropped and counted, as always)."""
+        n_docs = len(batch.lengths)
         t0 = time.perf_counter()
         pending.wait()
         t1 = time.perf_counter()
         vectors, nonfinite = pending.result()
         self.stats.by_stage["wait"] += t1 - t0
         self.stats.by_stage["split"] += time.perf_counter() - t1
+        if nonfinite and self.fallback is not None:
+            vectors, nonfinite = self._rerun(batch, nonfinite)
         self.stats.nonfinite_dropped += nonfinite
         listed = sum(len(v.ids) for v in vectors)
         if listed > self.static_per_doc * n_docs // 2:  # keep the static list about twice what is used
             self.static_per_doc = int(2 * listed / max(1, n_docs)) + 1
         return vectors
+
+    def _rerun(self, batch: TokenizedTexts, nonfinite: int) -> tuple[list[SparseVector], int]:
+        """``batch`` through the fallback model, at once (its vectors and non-finite count); the fallback is
+        dropped for good when it gives non-finite weights too (the model itself outputs them: no precision helps,
+        and every batch would be paid twice)."""
+        if self._fallback_model is None:
+            logger.warning("%d weights of a batch came out NaN / inf (an fp16 overflow?): such batches are encoded "
+                           "again with the fallback model (counted in overflow_reruns)", nonfinite)
+            self._fallback_model = self.fallback()
+        self.stats.overflow_reruns += 1
+        vectors, still = self.launch(batch, self._fallback_model).result()
+        if still:
+            logger.warning("the fallback model gave %d NaN / inf weights too: the model outputs them itself; no more "
+                           "batches are encoded again, their non-finite weights are dropped and counted", still)
+            self.fallback = None
+        return vectors, still
 
     def stream(self, batches: Iterator[tuple[object, TokenizedTexts]]) -> Iterator[tuple[object, list[SparseVector]]]:
         """Run ``(tag, batch)`` pairs in order with ``depth`` in flight; yields ``(tag, vectors)`` in order.
@@ -183,21 +217,21 @@ class PackedRunner:
             for tag, batch in self._timed_source(batches):
                 if tag is FLUSH:
                     while inflight:
-                        tag0, n0, pending = inflight.popleft()
-                        yield tag0, self._take(pending, n0)
+                        tag0, batch0, pending = inflight.popleft()
+                        yield tag0, self._take(pending, batch0)
                     continue
                 t0 = time.perf_counter()
-                inflight.append((tag, len(batch.lengths), self.launch(batch)))
+                inflight.append((tag, batch, self.launch(batch)))
                 self.stats.by_stage["launch"] += time.perf_counter() - t0
                 self.stats.batches += 1
                 self.stats.tokens += int(batch.lengths.sum())
                 self.stats.documents += len(batch.lengths)
                 if len(inflight) > self.depth:
-                    tag0, n0, pending = inflight.popleft()
-                    yield tag0, self._take(pending, n0)
+                    tag0, batch0, pending = inflight.popleft()
+                    yield tag0, self._take(pending, batch0)
             while inflight:
-                tag0, n0, pending = inflight.popleft()
-                yield tag0, self._take(pending, n0)
+                tag0, batch0, pending = inflight.popleft()
+                yield tag0, self._take(pending, batch0)
 
     def _timed_source(self, batches: Iterator[tuple[object, TokenizedTexts | None]]) -> Iterator[tuple[object, Any]]:
         """``batches``, with the time spent waiting for each one in ``stats``."""

@@ -297,6 +297,43 @@ def test_packed_encoder_equals_the_padded_reference(model_fixture, request):
     assert dense.shape[1] == new.vocab_size
 
 
+def test_a_batch_whose_weights_come_out_non_finite_is_encoded_again_by_the_fallback(tiny_source_dir, caplog):
+    """fp16 overflows past 65,504: such a batch is encoded again by the fallback model (bf16 on a GPU); a model that
+    outputs NaN itself gets one retry, then its non-finite weights are dropped and counted as before."""
+    import copy
+    import logging
+
+    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="packed", max_batch_tokens=64)
+    clean = enc.runner.model
+    bad = next(i for i, k in enumerate(enc.keys) if k and i not in enc.special_ids)
+    broken_hf = copy.deepcopy(enc.model)
+    with torch.no_grad():
+        broken_hf.get_output_embeddings().bias[bad] = float("nan")
+    broken = packed_model(broken_hf, torch.float32, vocab_chunk=clean.vocab_chunk, segment_max=clean.segment_max,
+                          row_block=clean.row_block, compile=False)
+    tokens = enc.once_tokenizer(TEXTS)
+
+    def runner(model, fallback=None) -> PackedRunner:
+        return PackedRunner(model, activation=enc.activation, special_ids=enc.special_ids, max_batch_tokens=64,
+                            fallback=fallback)
+
+    expected = runner(clean).run(tokens)
+    built = []
+    rescued = runner(broken, lambda: built.append(1) or clean)
+    with caplog.at_level(logging.WARNING, logger="opensearch_lsr.encoding.packed_runner"):
+        got = rescued.run(tokens)
+    for x, y in zip(expected, got):
+        assert np.array_equal(x.ids, y.ids) and np.array_equal(x.weights, y.weights)
+    batches = len(token_budget_batches(tokens.lengths, 64))
+    assert rescued.stats.overflow_reruns == rescued.stats.batches == batches > 1 and built == [1]
+    assert rescued.stats.nonfinite_dropped == 0 and len(caplog.records) == 1
+    hopeless = runner(broken, lambda: broken)  # the model itself outputs NaN: one retry, then dropped and counted
+    got = hopeless.run(tokens)
+    assert hopeless.stats.overflow_reruns == 1 and hopeless.fallback is None
+    assert hopeless.stats.nonfinite_dropped == len(TEXTS) and not any(bad in v.ids for v in got)
+    assert all(np.array_equal(x.ids[x.ids != bad], y.ids) for x, y in zip(expected, got))
+
+
 # ---------------------------------------------------------------------------------------------- sparsify
 @pytest.mark.parametrize("static_size", [None, 10_000, 3])
 def test_device_sparsify_is_bit_identical_to_to_sparse_with_bad_values(tiny_source_dir, static_size):

@@ -76,3 +76,12 @@ def test_warm_up_changes_neither_counters_nor_outputs(splade_tiny_dir):
     warm = fresh.encode(TEXTS)
     assert all(np.array_equal(a.ids, b.ids) and np.allclose(a.weights, b.weights, atol=1e-5) for a, b in zip(cold, warm))
     assert SparseDocumentEncoder(splade_tiny_dir, device="cpu").warm_up() == 0.0
+
+
+def test_fp16_is_closer_to_fp32_than_bf16_and_keeps_a_bf16_fallback_for_overflows(splade_tiny_dir):
+    fp32 = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp32", batching="packed").encode(TEXTS)
+    bf16 = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="bf16", batching="packed").encode(TEXTS)
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp16", batching="packed")
+    fp16 = enc.encode(TEXTS)
+    assert _jaccard(fp16, fp32) > _jaccard(bf16, fp32) and enc.stats.nonfinite_dropped == 0
+    assert enc.runner.stats.overflow_reruns == 0 and enc.runner.fallback().dtype == torch.bfloat16
