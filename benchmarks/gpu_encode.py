@@ -531,7 +531,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         if device.type == "cuda":  # fp16: 3 more mantissa bits than bf16 at the same tensor-core rate (CUDA only)
             new16 = SparseDocumentEncoder(model, device=str(device), precision="fp16", batching="packed")
             res["fp16_vs_fp32_packed"] = {**exactness(b, new16.encode(subset)),
-                                          "nonfinite_fp16": new16.stats.nonfinite_dropped}
+                                          "nonfinite_fp16": new16.stats.nonfinite_dropped,
+                                          "overflow_reruns": new16.runner.stats.overflow_reruns}
             new16.encode(texts[:2048])
             _, t = timed(device, new16.encode, texts)
             res["packed_fp16"] = {"precision": "fp16", "compile_scope": getattr(new16.runner.model, "compile_scope",
