@@ -167,17 +167,18 @@ class PipelinedEncoder:
         runner = self.encoder.runner
         dropped_before = stats.nonfinite_dropped - runner.stats.nonfinite_dropped
         try:
-            for keys, vectors in runner.stream(ready_batches(self._take_window, runner.max_batch_tokens)):
-                stats.nonfinite_dropped = dropped_before + runner.stats.nonfinite_dropped
-                for (serial, i), vector in zip(keys.tolist(), vectors):
-                    chunk = self._open[serial]
-                    chunk.vectors[i] = vector
-                    chunk.missing -= 1
-                    if chunk.missing == 0:
-                        stats.texts += len(chunk.vectors)
-                        stats.tokens += int(chunk.tokens.lengths.sum())
-                        del self._open[serial]
-                        chunk.future.set_result(chunk.vectors)
+            with runner.heap_frozen():
+                for keys, vectors in runner.stream(ready_batches(self._take_window, runner.max_batch_tokens)):
+                    stats.nonfinite_dropped = dropped_before + runner.stats.nonfinite_dropped
+                    for (serial, i), vector in zip(keys.tolist(), vectors):
+                        chunk = self._open[serial]
+                        chunk.vectors[i] = vector
+                        chunk.missing -= 1
+                        if chunk.missing == 0:
+                            stats.texts += len(chunk.vectors)
+                            stats.tokens += int(chunk.tokens.lengths.sum())
+                            del self._open[serial]
+                            chunk.future.set_result(chunk.vectors)
         except BaseException as err:  # noqa: BLE001 - handed to every waiting caller
             self._error = err
             self._fail_pending(err)

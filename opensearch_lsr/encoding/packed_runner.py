@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +105,8 @@ class PackedRunner:
         fallback: builds the model for batches whose weights came out non-finite (see :meth:`_take`).
     """
 
-    #: keep the objects alive when :meth:`stream` starts from the cycle collector until it ends (its full passes
-    #: stall the launching thread; :mod:`.gc_freeze`)
+    #: keep the objects alive when an encode starts from the cycle collector until it ends (its full passes stall
+    #: the launching thread; :meth:`heap_frozen`, :mod:`.gc_freeze`)
     freeze_heap: bool = True
 
     def __init__(self, model: PackedMLM, *, activation: str, special_ids: Sequence[int], max_batch_tokens: int,
@@ -208,30 +208,35 @@ class PackedRunner:
             self.fallback = None
         return vectors, still
 
+    def heap_frozen(self) -> AbstractContextManager[None]:
+        """Around a loop over :meth:`stream`: the objects alive when it starts are kept from the cycle collector
+        until it ends (:func:`.gc_freeze.frozen_heap`; nothing when :attr:`freeze_heap` is off). Held by a plain
+        function frame, not inside the generator, so an abandoned stream cannot leave the heap frozen."""
+        return frozen_heap() if self.freeze_heap else nullcontext()
+
     def stream(self, batches: Iterator[tuple[object, TokenizedTexts]]) -> Iterator[tuple[object, list[SparseVector]]]:
         """Run ``(tag, batch)`` pairs in order with ``depth`` in flight; yields ``(tag, vectors)`` in order.
-        A ``(FLUSH, None)`` pair completes everything in flight first (the source is about to wait). The objects
-        alive when it starts are kept from the cycle collector until it ends (:func:`.gc_freeze.frozen_heap`)."""
+        A ``(FLUSH, None)`` pair completes everything in flight first (the source is about to wait). Callers
+        that own the loop hold :meth:`heap_frozen` around it."""
         inflight: deque = deque()
-        with frozen_heap() if self.freeze_heap else nullcontext():
-            for tag, batch in self._timed_source(batches):
-                if tag is FLUSH:
-                    while inflight:
-                        tag0, batch0, pending = inflight.popleft()
-                        yield tag0, self._take(pending, batch0)
-                    continue
-                t0 = time.perf_counter()
-                inflight.append((tag, batch, self.launch(batch)))
-                self.stats.by_stage["launch"] += time.perf_counter() - t0
-                self.stats.batches += 1
-                self.stats.tokens += int(batch.lengths.sum())
-                self.stats.documents += len(batch.lengths)
-                if len(inflight) > self.depth:
+        for tag, batch in self._timed_source(batches):
+            if tag is FLUSH:
+                while inflight:
                     tag0, batch0, pending = inflight.popleft()
                     yield tag0, self._take(pending, batch0)
-            while inflight:
+                continue
+            t0 = time.perf_counter()
+            inflight.append((tag, batch, self.launch(batch)))
+            self.stats.by_stage["launch"] += time.perf_counter() - t0
+            self.stats.batches += 1
+            self.stats.tokens += int(batch.lengths.sum())
+            self.stats.documents += len(batch.lengths)
+            if len(inflight) > self.depth:
                 tag0, batch0, pending = inflight.popleft()
                 yield tag0, self._take(pending, batch0)
+        while inflight:
+            tag0, batch0, pending = inflight.popleft()
+            yield tag0, self._take(pending, batch0)
 
     def _timed_source(self, batches: Iterator[tuple[object, TokenizedTexts | None]]) -> Iterator[tuple[object, Any]]:
         """``batches``, with the time spent waiting for each one in ``stats``."""
@@ -284,16 +289,18 @@ class PackedRunner:
             top_up()
             return window
 
-        for index, vectors in self.stream(ready_batches(take_window, self.max_batch_tokens)):
-            for i, v in zip(index.tolist(), vectors):
-                out[i] = v
+        with self.heap_frozen():
+            for index, vectors in self.stream(ready_batches(take_window, self.max_batch_tokens)):
+                for i, v in zip(index.tolist(), vectors):
+                    out[i] = v
         return out, tokens_seen  # type: ignore[return-value]
 
     def run(self, tokens: TokenizedTexts) -> list[SparseVector]:
         """Vectors of every text in ``tokens``, input order (batches sorted by length inside)."""
         batches = token_budget_batches(tokens.lengths, self.max_batch_tokens)
         out: list[SparseVector | None] = [None] * len(tokens.lengths)
-        for index, vectors in self.stream((b, tokens.select(b)) for b in batches):
-            for i, v in zip(index.tolist(), vectors):
-                out[i] = v
+        with self.heap_frozen():
+            for index, vectors in self.stream((b, tokens.select(b)) for b in batches):
+                for i, v in zip(index.tolist(), vectors):
+                    out[i] = v
         return out  # type: ignore[return-value]

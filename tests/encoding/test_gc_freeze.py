@@ -143,3 +143,20 @@ def test_a_child_forked_while_another_thread_held_the_bookkeeping_lock_does_not_
         os.waitpid(pid, 0)
         os.close(read)
     assert answer == b"1"
+
+
+def test_a_stream_alone_freezes_nothing_so_an_abandoned_one_cannot_leave_the_heap_frozen(tiny_source_dir):
+    """The freeze is held by the function that owns the loop (``run``, ``run_texts``, the job's device thread),
+    never by the generator: a generator dropped mid-way inside a reference cycle would otherwise keep it."""
+    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="packed", max_batch_tokens=512)
+    tokens = enc.once_tokenizer([f"house {i} " * (1 + i % 7) for i in range(40)])
+    batches = iter([(b, tokens.select(b)) for b in [list(range(20)), list(range(20, 40))]])
+    stream = enc.runner.stream(batches)
+    next(stream)
+    assert gc.get_freeze_count() == 0
+    holder = [stream]
+    holder.append(holder)  # abandoned inside a cycle
+    del holder, stream
+    with enc.runner.heap_frozen():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
