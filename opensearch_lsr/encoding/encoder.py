@@ -25,11 +25,8 @@ batches without padding, weights cast once, vectors sparsified on the device, se
   (monotone functions commute with max);
 * uses bf16 autocast on CUDA (``precision="auto"``); fp32 on CPU, where bf16 matmul without
   avx512_bf16/AMX is emulated and slower than fp32 (``precision="bf16"`` still works there, with a
-  warning); ``precision="fp16"`` (CUDA) rounds 8x finer than bf16 at the same tensor-core rate and stays
-  closer to fp32 (``benchmarks/precision_distance.py``), but overflows past 65,504: with packed batching a
-  batch whose weights come out NaN / inf is encoded again in bf16 (``PackedRunner.fallback``); what stays
-  non-finite is dropped and counted (``stats.nonfinite_dropped``), and the index job warns.
-* Several GPUs: :class:`~opensearch_lsr.encoding.parallel.DevicePool`, one process each.
+  warning); ``"fp16"`` (CUDA) is closer to fp32 (``benchmarks/precision_distance.py``), a packed batch that
+  overflows it redone in bf16. Several GPUs: :class:`~opensearch_lsr.encoding.parallel.DevicePool`, a process each.
 
 It is a plain callable over a batch of texts, so an engine such as Ray Data can map it
 (``ds.map_batches(SparseDocumentEncoder, fn_constructor_kwargs={"model": dir}, batch_format="numpy")``:
@@ -38,7 +35,6 @@ a dict batch with a ``text`` column gets ``ids`` and ``weights`` columns added).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -264,11 +260,9 @@ class SparseDocumentEncoder:
             return None
         self.batching = "packed"
         packed.max_doc_tokens = min(packed.max_doc_tokens, self.max_length)  # graph batches' attention length
-        fallback = None
-        if dtype == torch.float16:  # a batch that overflows fp16 is encoded again in bf16 (fp32's range)
-            safe = torch.bfloat16 if not on_gpu or torch.cuda.is_bf16_supported() else torch.float32
-            fallback = functools.partial(packed_model, self.model, safe, vocab_chunk=chunk,
-                                         segment_max=packed.segment_max, row_block=packed.row_block, compile=False)
+        safe = torch.bfloat16 if not on_gpu or torch.cuda.is_bf16_supported() else torch.float32  # fp32's range
+        fallback = (lambda: packed_model(self.model, safe, vocab_chunk=chunk, segment_max=packed.segment_max,
+                                         row_block=packed.row_block, compile=False)) if dtype == torch.float16 else None
         return PackedRunner(packed, activation=self.activation, special_ids=self.special_ids if
                             self.zero_special_tokens else [], max_batch_tokens=budget, fallback=fallback)
 
