@@ -3,7 +3,9 @@
 The packed path's vectors in each half precision against its own fp32 vectors over the same tokenized texts:
 identical id sets, max |dw| on shared ids, active-set Jaccard (``gpu_encode.exactness``), and non-finite weights
 dropped (an fp16 overflow shows there). bf16 keeps fp32's exponent and 8 significant bits; fp16 has 11, and tops
-out at 65,504.
+out at 65,504. Three settings: ``bf16`` throughout, ``bf16-fp16-head`` (the body in bf16, the MLM head's
+transform and decoder in fp16: what bf16 runs on CUDA, ``packed_layouts.default_head_dtype``) and ``fp16``
+throughout.
 
 The encoder refuses fp16 on CPU, where no native fp16 matmul exists on most machines: it runs emulated, two orders
 of magnitude slower than fp32. So this script builds each precision's packed model itself, with the classes the
@@ -12,7 +14,7 @@ the question of rounding before a card is at hand; on CUDA the same script measu
 ``gpu_encode.py`` reports fp16 against fp32 for the compiled default as well.
 
     python benchmarks/precision_distance.py [--model splade-tiny | bert-base-random | DIR] [--limit 120]
-                                            [--device cpu] [--out F.json]
+                                            [--precisions bf16 bf16-fp16-head fp16] [--device cpu] [--out F.json]
 
 ``bert-base-random`` is ``gpu_encode.py``'s BERT-base-shaped model (12 x 768, the Korean vocabulary, random weights
 from seed 0, the decoder bias shifted on the corpus's first 128 passages), so the same model its card runs time.
@@ -33,7 +35,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 from gpu_encode import exactness, load_corpus, random_mlm  # noqa: E402
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: (body, MLM head) dtypes of each setting
+DTYPES = {"fp32": (torch.float32, torch.float32), "bf16": (torch.bfloat16, torch.bfloat16),
+          "bf16-fp16-head": (torch.bfloat16, torch.float16), "fp16": (torch.float16, torch.float16)}
 
 
 def distances(model: str, texts: list[str], device: str, precisions: list[str]) -> dict:
@@ -50,9 +54,10 @@ def distances(model: str, texts: list[str], device: str, precisions: list[str]) 
     out: dict = {"docs": len(texts), "tokens": int(tokens.lengths.sum()), "rows": {}}
     vectors = {}
     for name in ["fp32", *precisions]:
+        body, head = DTYPES[name]
         packed = model_fp32 if name == "fp32" else packed_model(
-            enc.model, DTYPES[name], vocab_chunk=model_fp32.vocab_chunk, segment_max=model_fp32.segment_max,
-            row_block=model_fp32.row_block, compile=False)
+            enc.model, body, vocab_chunk=model_fp32.vocab_chunk, segment_max=model_fp32.segment_max,
+            row_block=model_fp32.row_block, compile=False, head_dtype=head)
         runner = PackedRunner(packed, activation=enc.activation,
                               special_ids=enc.special_ids if enc.zero_special_tokens else [],
                               max_batch_tokens=enc.runner.max_batch_tokens)
@@ -88,7 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data"), help="The shared data folder.")
     p.add_argument("--limit", type=int, default=120, help="Passages (the corpus's first ones).")
     p.add_argument("--device", default="cpu", help="cpu or cuda.")
-    p.add_argument("--precisions", nargs="+", default=["bf16", "fp16"], choices=["bf16", "fp16"])
+    p.add_argument("--precisions", nargs="+", default=["bf16", "bf16-fp16-head", "fp16"],
+                   choices=["bf16", "bf16-fp16-head", "fp16"],
+                   help="Settings besides fp32 (bf16-fp16-head: the body in bf16, the MLM head in fp16).")
     p.add_argument("--out", default=None, help="JSON results file (the markdown table goes next to it as .md).")
     args = p.parse_args(argv)
     if args.device == "cpu":

@@ -23,10 +23,11 @@ batches without padding, weights cast once, vectors sparsified on the device, se
   length; padding rows repeat a real row of the same doc, which cannot change a max) and keeps only the
   running max, so logits never leave the cache and ``log1p``/``relu`` run on ``[batch, vocab]`` only
   (monotone functions commute with max);
-* uses bf16 autocast on CUDA (``precision="auto"``); fp32 on CPU, where bf16 matmul without
-  avx512_bf16/AMX is emulated and slower than fp32 (``precision="bf16"`` still works there, with a
-  warning); ``"fp16"`` (CUDA) is closer to fp32 (``benchmarks/precision_distance.py``), a packed batch that
-  overflows it redone in bf16. Several GPUs: :class:`~opensearch_lsr.encoding.parallel.DevicePool`, a process each.
+* uses bf16 autocast on CUDA (``precision="auto"``; packed batches there run the MLM head in fp16,
+  :func:`.packed_layouts.default_head_dtype`); fp32 on CPU, where bf16 matmul without avx512_bf16/AMX is
+  emulated and slower (``precision="bf16"`` still works there, with a warning); ``"fp16"`` (CUDA) is closer
+  to fp32 (``benchmarks/precision_distance.py``), a packed batch that overflows fp16 redone in bf16.
+  Several GPUs: :class:`~opensearch_lsr.encoding.parallel.DevicePool`, a process each.
 
 It is a plain callable over a batch of texts, so an engine such as Ray Data can map it
 (``ds.map_batches(SparseDocumentEncoder, fn_constructor_kwargs={"model": dir}, batch_format="numpy")``:
@@ -51,16 +52,8 @@ from ..contract import FLOAT_MIN_NORMAL, MAX_LENGTH, decode_keys, special_token_
 from .sparse_vector import SparseVector
 from .word_cache import DEFAULT_MAX_WORDS
 
-__all__ = [
-    "Precision",
-    "Batching",
-    "SparseVector",
-    "EncoderStats",
-    "SparseDocumentEncoder",
-    "MilcoDocumentEncoder",
-    "count_tokens",
-    "cpu_has_native_bf16",
-]
+__all__ = ["Precision", "Batching", "SparseVector", "EncoderStats", "SparseDocumentEncoder", "MilcoDocumentEncoder",
+           "count_tokens", "cpu_has_native_bf16"]
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +228,7 @@ class SparseDocumentEncoder:
     def _packed_runner(self, batching: Batching, max_batch_tokens: int | None, compile: bool | str | None = None):
         """The packed runner for ``batching`` (``None``: the padded reference path encodes)."""
         from .packed import default_vocab_chunk
-        from .packed_layouts import packed_model
+        from .packed_layouts import default_head_dtype, packed_model
         from .packed_runner import PackedRunner
         from .token_batches import default_max_batch_tokens
 
@@ -251,7 +244,8 @@ class SparseDocumentEncoder:
         chunk = default_vocab_chunk(budget, self.vocab_size, self.device.type)
         on_gpu = self.device.type == "cuda"
         packed = packed_model(self.model, dtype, vocab_chunk=chunk, segment_max="reduce" if on_gpu else "rows",
-                              row_block=None if on_gpu else self.row_block, compile=compile)
+                              row_block=None if on_gpu else self.row_block, compile=compile,
+                              head_dtype=default_head_dtype(dtype, self.device))
         if packed is None:
             if batching == "packed":
                 logger.warning("%s: no packed layout for this model; encoding padded batches",
@@ -261,8 +255,9 @@ class SparseDocumentEncoder:
         self.batching = "packed"
         packed.max_doc_tokens = min(packed.max_doc_tokens, self.max_length)  # graph batches' attention length
         safe = torch.bfloat16 if not on_gpu or torch.cuda.is_bf16_supported() else torch.float32  # fp32's range
-        fallback = (lambda: packed_model(self.model, safe, vocab_chunk=chunk, segment_max=packed.segment_max,
-                                         row_block=packed.row_block, compile=False)) if dtype == torch.float16 else None
+        fallback = None if torch.float16 not in (dtype, packed.head_dtype) else (lambda: packed_model(
+            self.model, safe, vocab_chunk=chunk, segment_max=packed.segment_max, row_block=packed.row_block,
+            compile=False, head_dtype=safe))
         return PackedRunner(packed, activation=self.activation, special_ids=self.special_ids if
                             self.zero_special_tokens else [], max_batch_tokens=budget, fallback=fallback)
 

@@ -517,14 +517,15 @@ def _peak_rss_mb() -> float:
 
 
 def _device_thread(encoder: Any) -> dict[str, Any]:
-    """Where packed batching's device thread spent its time since the warm-up (launching, waiting for the next
-    batch or for results, splitting them), when it runs in this process; with ``--compile graphs`` on CUDA, the
+    """The packed model's head dtype, and where packed batching's device thread spent its time since the warm-up
+    (launching, waiting for the next batch or for results, splitting them), when it runs in this process; with ``--compile graphs`` on CUDA, the
     CUDA graphs it captured and replayed since the warm-up (:class:`.graph_replay.GraphStats`)."""
     runner = getattr(encoder, "runner", None)
     stats = getattr(runner, "stats", None)
     if stats is None:
         return {}
-    out = {"device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
+    out = {"head_precision": str(runner.model.head_dtype).removeprefix("torch."),
+           "device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
            "source_waits_over_1ms": stats.source_waits_over_1ms, "overflow_reruns": stats.overflow_reruns}
     graphs = getattr(runner.model, "graph_replay", None)
     if graphs is not None:

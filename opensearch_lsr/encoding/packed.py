@@ -266,6 +266,7 @@ class PackedMLM:
         self.position_offset, self.heads, self.layers = position_offset, heads, layers
         self.transform, self.decoder_b = transform, decoder_b
         self.dtype = dtype
+        self.head_dtype = decoder_w.dtype  # the transform's and the decoder's (fp16 beside a bf16 body on CUDA)
         # the decoder in vocabulary chunks, transposed once into contiguous ``[H, chunk]`` blocks for ``addmm``
         self.decoder_t = [decoder_w[s:s + vocab_chunk].t().contiguous()
                           for s in range(0, decoder_w.shape[0], vocab_chunk)]
@@ -300,7 +301,7 @@ class PackedMLM:
         return graph_shape(tokens, docs, self.max_doc_tokens)
 
     def hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
-        """The head-transformed hidden state of every packed token, ``[T, H]`` in the compute dtype (of the real
+        """The head-transformed hidden state of every packed token, ``[T, H]`` in the head's dtype (of the real
         tokens only, for a batch padded to a graph bucket)."""
         if self._body is None:
             return self._hidden(ids, seg, self._attend)
@@ -336,7 +337,7 @@ class PackedMLM:
             tail = (x, ctx, layer.out_w, layer.out_b, layer.ln1, layer.up_w, layer.up_b, layer.act, layer.down_w,
                     layer.down_b, layer.ln2, dt)
             x, xc = self._tail(*tail) if self._tail is not None else _block_tail(*tail, self._add_norm)
-        return self.transform(xc)
+        return self.transform(x)
 
     def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """``max_i (h_i W^T + b)`` per document over its own tokens, ``[n, V]`` float32, vocabulary chunk by
@@ -384,9 +385,9 @@ class PackedMLM:
         return out
 
     def _logits(self, b: torch.Tensor | None, x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
-        """``x @ w_t + b`` in the compute dtype. (A float32 output, ``addmm(..., out_dtype=float32)``,
-        doubled the head's time on an H200 and left the bf16-vs-fp32 distance unchanged: the body's
-        bf16 rounding dominates it.)"""
+        """``x @ w_t + b`` in the head's dtype. (A float32 output, ``addmm(..., out_dtype=float32)``,
+        doubled the head's time on an H200 and left the bf16-vs-fp32 distance unchanged: the rounding of the
+        inputs, the transform's and the body's, dominates it; see :func:`.packed_layouts.default_head_dtype`.)"""
         return torch.addmm(b, x, w_t) if b is not None else x @ w_t
 
     def _row_groups(self, lengths: np.ndarray) -> list[tuple[int, int, int, int]]:
@@ -415,12 +416,12 @@ def layer_norm_params(module: Any) -> tuple[torch.Tensor, torch.Tensor, float]:
 
 
 def head_transform(dense: Any, act: Callable, norm: Any, dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The MLM head's transform (``dense`` -> activation -> LayerNorm ``norm``), weights cast once; its input
-    and output in the compute dtype."""
+    """The MLM head's transform (``dense`` -> activation -> LayerNorm ``norm``), weights cast once to the head's
+    ``dtype``; its input (the body's float32 stream) cast to it, its output in it."""
     dense_w, dense_b, ln = cast_weight(dense.weight, dtype), cast_weight(dense.bias, dtype), layer_norm_params(norm)
 
     def run(x: torch.Tensor) -> torch.Tensor:
-        y = act(F.linear(x, dense_w, dense_b))
+        y = act(F.linear(x.to(dtype), dense_w, dense_b))
         return F.layer_norm(y.float(), y.shape[-1:], ln[0], ln[1], ln[2]).to(dtype)
     return run
 

@@ -90,14 +90,15 @@ class PackedModernBert(PackedMLM):
             h = F.layer_norm(x, (width,), *block.mlp_norm[:2], block.mlp_norm[2]).to(dt)
             up, gate = F.linear(h, block.wi_w, block.wi_b).chunk(2, dim=-1)
             x = x + F.linear(block.act(up) * gate, block.wo_w, block.wo_b)
-        x = F.layer_norm(x, (width,), *self.final_norm[:2], self.final_norm[2])
-        return self.transform(x.to(dt))
+        return self.transform(F.layer_norm(x, (width,), *self.final_norm[:2], self.final_norm[2]))
 
 
 def packed_modernbert(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segment_max: str = "reduce",
-                      row_block: int | None = None) -> PackedModernBert | None:
+                      row_block: int | None = None, head_dtype: torch.dtype | None = None) -> PackedModernBert | None:
     """A :class:`PackedModernBert` over a ``ModernBertForMaskedLM``'s weights, or ``None`` where its rotary
-    setting is not the default RoPE (scaled variants are left to the padded path)."""
+    setting is not the default RoPE (scaled variants are left to the padded path); the head in ``head_dtype``
+    (``dtype`` by default)."""
+    head_dtype = head_dtype or dtype
     cfg, base = model.config, model.model
     rope_params = getattr(cfg, "rope_parameters", None) or {}
     head_dim = cfg.hidden_size // cfg.num_attention_heads
@@ -121,13 +122,13 @@ def packed_modernbert(model: Any, dtype: torch.dtype, *, vocab_chunk: int, segme
                 c(mlp.Wo.weight, dtype), c(mlp.Wo.bias, dtype), layer.attention_type,
                 window if layer.attention_type == "sliding_attention" else None))
         head = model.head
-        transform = head_transform(head.dense, head.act, head.norm, dtype)
+        transform = head_transform(head.dense, head.act, head.norm, head_dtype)
         emb = base.embeddings
         return PackedModernBert(
             blocks=blocks, final_norm=layer_norm_params(base.final_norm), inv_freq=inv_freq,
             word=emb.tok_embeddings.weight.detach().float(), position=torch.zeros(1, 1), token_type=None,
             emb_ln=layer_norm_params(emb.norm), position_offset=0, heads=int(cfg.num_attention_heads),
-            transform=transform, decoder_w=cast_weight(model.decoder.weight, dtype),
-            decoder_b=cast_weight(model.decoder.bias, dtype), dtype=dtype, vocab_chunk=int(vocab_chunk),
+            transform=transform, decoder_w=cast_weight(model.decoder.weight, head_dtype),
+            decoder_b=cast_weight(model.decoder.bias, head_dtype), dtype=dtype, vocab_chunk=int(vocab_chunk),
             segment_max=segment_max, row_block=row_block)
 

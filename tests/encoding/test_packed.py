@@ -203,6 +203,34 @@ def test_packed_body_and_head_equal_the_padded_hugging_face_forward(name, segmen
     assert (got - expected).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("name", ["bert", "roberta", "xlm-roberta", "distilbert", "modernbert"])
+def test_a_head_in_float32_beside_a_bf16_body_lies_closer_to_float32(name):
+    """``head_dtype``: the transform and the decoder in their own dtype, fed from the body's float32 stream; a
+    float32 head beside a bf16 body removes the head's rounding from the bf16 distance (the CUDA default pairs
+    bf16 with an fp16 head, ``default_head_dtype``)."""
+    from opensearch_lsr.encoding.packed_layouts import default_head_dtype
+
+    model, _ = _tiny_models()[name]
+    model.eval()
+    lengths = np.array([5, 17, 3, 30, 2, 9])
+    ids = torch.randint(5, 300, (int(lengths.sum()),))
+    seg = Segments.from_lengths(lengths, torch.device("cpu"))
+    with torch.no_grad():
+        def pooled(dtype, head_dtype=None):
+            packed = packed_model(model, dtype, vocab_chunk=128, head_dtype=head_dtype)
+            assert packed.head_dtype == (head_dtype or dtype) and packed.decoder_t[0].dtype == packed.head_dtype
+            assert packed.hidden(ids, seg).dtype == packed.head_dtype
+            return packed.pooled_max(ids, seg)
+        fp32, bf16 = pooled(torch.float32), pooled(torch.bfloat16)
+        fp32_head = pooled(torch.bfloat16, torch.float32)
+    head_error, all_error = (fp32_head - fp32).abs().mean(), (bf16 - fp32).abs().mean()
+    assert 0 < head_error < 0.5 * all_error
+    assert default_head_dtype(torch.bfloat16, torch.device("cuda:1")) == torch.float16
+    assert default_head_dtype(torch.bfloat16, torch.device("cpu")) == torch.bfloat16  # no fast fp16 on CPU
+    assert default_head_dtype(torch.float32, torch.device("cuda")) == torch.float32
+    assert default_head_dtype(torch.float16, torch.device("cuda")) == torch.float16
+
+
 def _packed_pair(compile_):
     model, _ = _tiny_models()["bert"]
     model.eval()
@@ -455,7 +483,7 @@ def test_index_job_writes_the_same_ndjson_pipelined_or_not_and_close_to_the_padd
     assert packed_summary["skipped"] == {"empty_text": 5} and packed_summary["truncated"] == 5
     device_thread = packed_summary["encoder"]["device_thread_s"]  # where the device thread's time went
     assert set(device_thread) == {"launch", "wait", "split", "source"} and device_thread["launch"] > 0
-    assert packed_summary["encoder"]["batches"] >= 1
+    assert packed_summary["encoder"]["batches"] >= 1 and packed_summary["encoder"]["head_precision"] == "float32"
     # the same records through the in-memory path (encode() per chunk of 8, no pipeline): the same bytes
     from opensearch_lsr.encoding.indexing import index_records
     from opensearch_lsr.encoding.writers import NdjsonWriter

@@ -85,3 +85,20 @@ def test_fp16_is_closer_to_fp32_than_bf16_and_keeps_a_bf16_fallback_for_overflow
     fp16 = enc.encode(TEXTS)
     assert _jaccard(fp16, fp32) > _jaccard(bf16, fp32) and enc.stats.nonfinite_dropped == 0
     assert enc.runner.stats.overflow_reruns == 0 and enc.runner.fallback().dtype == torch.bfloat16
+
+
+def test_bf16_packs_an_fp16_head_that_lies_closer_to_fp32_than_a_bf16_one(splade_tiny_dir):
+    """On CUDA bf16 runs the MLM head in fp16 (``default_head_dtype``): the same speed on tensor cores, three
+    more significant bits where the sign of a logit decides whether an id is kept."""
+    from opensearch_lsr.encoding.packed_layouts import packed_model
+
+    fp32 = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="fp32", batching="packed").encode(TEXTS)
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cuda", precision="bf16", batching="packed")
+    assert enc.runner.model.head_dtype == torch.float16 and enc.runner.model.dtype == torch.bfloat16
+    fp16_head = enc.encode(TEXTS)
+    model = enc.runner.model
+    enc.runner.model = packed_model(enc.model, torch.bfloat16, vocab_chunk=model.vocab_chunk, compile=False,
+                                    head_dtype=torch.bfloat16)
+    bf16_head = enc.encode(TEXTS)
+    assert _jaccard(fp16_head, fp32) >= _jaccard(bf16_head, fp32) and enc.stats.nonfinite_dropped == 0
+    assert enc.runner.fallback().head_dtype == torch.bfloat16  # the overflow fallback: bf16 throughout
