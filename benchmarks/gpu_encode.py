@@ -412,8 +412,9 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         _, t = timed(device, new.encode, texts)
         res["packed"] = {"precision": new.precision, "attention": "varlen" if new.runner.model.use_varlen
                          else "padded-sdpa", "compiled": default_compiled,
-                         "compile_scope": getattr(new.runner.model, "compile_scope", None), **rate(t),
-                         "padded_share": 0.0}
+                         "compile_scope": getattr(new.runner.model, "compile_scope", None),
+                         "head_precision": str(getattr(new.runner.model, "head_dtype", "")).removeprefix("torch."),
+                         **rate(t), "padded_share": 0.0}
         if "reference" in res:
             res["speedup_packed_over_reference"] = round(res["packed"]["docs_per_s"] / res["reference"]["docs_per_s"],
                                                          2)
@@ -537,6 +538,19 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             _, t = timed(device, new16.encode, texts)
             res["packed_fp16"] = {"precision": "fp16", "compile_scope": getattr(new16.runner.model, "compile_scope",
                                                                                 None), **rate(t)}
+            # bf16 with its head in bf16 too (before default_head_dtype paired bf16 with an fp16 head): the
+            # distance the fp16 head removes, and whether it costs anything (the same tensor-core rate on paper)
+            from opensearch_lsr.encoding.packed_layouts import packed_model
+
+            bf = SparseDocumentEncoder(model, device=str(device), precision="bf16", batching="packed")
+            own = bf.runner.model
+            bf.runner.model = packed_model(bf.model, torch.bfloat16, vocab_chunk=own.vocab_chunk, compile=
+                                           own.compile_scope or False, head_dtype=torch.bfloat16)
+            res["bf16_head_bf16_vs_fp32_packed"] = exactness(b, bf.encode(subset))
+            bf.encode(texts[:2048])
+            _, t = timed(device, bf.encode, texts)
+            res["packed_bf16_head"] = {"precision": "bf16", "head_precision": "bfloat16",
+                                       "compile_scope": own.compile_scope, **rate(t)}
 
     def end_to_end():
         corpus_file = work / f"{name}-corpus.jsonl"
@@ -611,7 +625,7 @@ def markdown(result: dict) -> str:
         tok_keys = sorted(k for k in r if k.startswith("packed_tok"))
         for key in ("reference", "packed", "packed_other", "packed_block", "packed_norm", "packed_graphs",
                     "packed_nocache", *tok_keys,
-                    "packed_fp32", "packed_fp16"):
+                    "packed_fp32", "packed_fp16", "packed_bf16_head"):
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
                 tok = row.get("tokenizer") or {}
@@ -619,7 +633,9 @@ def markdown(result: dict) -> str:
                             f"{tok.get('threads')} threads in all"
                 label = tok_label if key in tok_keys else {
                          "reference": f"padded reference ({row.get('precision')})",
-                         "packed": f"packed ({row.get('precision')}, {row.get('attention')}"
+                         "packed": f"packed ({row.get('precision')}"
+                                   f"{', head ' + row['head_precision'] if row.get('head_precision') else ''}"
+                                   f", {row.get('attention')}"
                                    f"{', compile=' + repr(row.get('compile_scope')) if row.get('compiled') else ''}"
                                    f", {r.get('max_batch_tokens'):,}-token batches): the default",
                          "packed_other": f"packed ({row.get('precision')}) "
@@ -629,7 +645,8 @@ def markdown(result: dict) -> str:
                          "packed_graphs": f"packed ({row.get('precision')}), compile=\"graphs\" (CUDA graphs)",
                          "packed_nocache": f"packed ({row.get('precision')}), no word cache",
                          "packed_fp32": "packed (fp32)",
-                         "packed_fp16": f"packed (fp16, compile={row.get('compile_scope')!r})"}[key]
+                         "packed_fp16": f"packed (fp16, compile={row.get('compile_scope')!r})",
+                         "packed_bf16_head": f"packed (bf16, head bf16, compile={row.get('compile_scope')!r})"}[key]
                 lines.append(f"| {label} | {row['docs_per_s']:,} | {row['tokens_per_s']:,} | {row['model_tflops']} | "
                              f"{row['pct_of_peak']} | {row.get('padded_share', 0.0):.1%} |")
         lines.append("")
@@ -662,6 +679,7 @@ def markdown(result: dict) -> str:
                  ("packed fp32 vs reference fp32", r.get("exact_packed_fp32_vs_reference_fp32")),
                  ("packed bf16 vs fp32", r.get("bf16_vs_fp32_packed")),
                  ("packed fp16 vs fp32", r.get("fp16_vs_fp32_packed")),
+                 ("packed bf16 with a bf16 head vs fp32", r.get("bf16_head_bf16_vs_fp32_packed")),
                  ("reference bf16 vs fp32 (the bf16 the reference path ships)", r.get("bf16_vs_fp32_reference")),
                  ("lsr-os index --backend ndjson", r.get("ndjson_end_to_end")),
                  ("dev MRR@10 (bf16 / fp16 / fp32 documents)", r.get("mrr_at_10")),

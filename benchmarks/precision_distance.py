@@ -35,6 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 from gpu_encode import exactness, load_corpus, random_mlm  # noqa: E402
 
+NEAR_ZERO = 0.01
 #: (body, MLM head) dtypes of each setting
 DTYPES = {"fp32": (torch.float32, torch.float32), "bf16": (torch.bfloat16, torch.bfloat16),
           "bf16-fp16-head": (torch.bfloat16, torch.float16), "fp16": (torch.float16, torch.float16)}
@@ -52,6 +53,9 @@ def distances(model: str, texts: list[str], device: str, precisions: list[str]) 
     tokens = enc.once_tokenizer(texts)
     model_fp32 = enc.runner.model
     out: dict = {"docs": len(texts), "tokens": int(tokens.lengths.sum()), "rows": {}}
+    # how many ids per document a small rounding error can flip: fp32 pooled logits within NEAR_ZERO of zero
+    pooled = enc.encode_pooled_logits(texts)
+    out["fp32_logits_near_zero_per_doc"] = round(float((pooled.abs() < NEAR_ZERO).sum(1).float().mean()), 2)
     vectors = {}
     for name in ["fp32", *precisions]:
         body, head = DTYPES[name]
@@ -80,6 +84,8 @@ def markdown(result: dict) -> str:
                      d.get("max_unshared_weight"), d.get("jaccard_mean"), d.get("jaccard_min")])
     return (f"# bf16 and fp16 documents against fp32: {result['model']}, {result['docs']} Korean passages "
             f"({result['tokens']:,} tokens), {result['device']}\n\n"
+            f"fp32 pooled logits within {NEAR_ZERO} of zero (the ids a small rounding error can flip): "
+            f"{result['fp32_logits_near_zero_per_doc']} per document.\n\n"
             + harness.markdown_table(["precision", "seconds", "ids per doc", "non-finite dropped",
                                       "identical id sets", "max |dw|", "largest weight one side lacks",
                                       "Jaccard mean", "Jaccard min"], rows, ".4g")

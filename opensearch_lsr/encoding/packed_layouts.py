@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from .packed import PackedMLM, PostLNBlock, cast_weight, default_compile_scope, head_transform, layer_norm_params
 from .packed_modernbert import packed_modernbert
 
-__all__ = ["packed_model", "default_head_dtype"]
+__all__ = ["default_head_dtype", "packed_model"]
 
 
 def _bert_layer(layer: Any, dtype: torch.dtype) -> PostLNBlock:
@@ -50,11 +50,11 @@ def default_head_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
 
     Which ids a document keeps is the sign of its largest logit, so the ids near zero are decided by the head's
     rounding. fp16 keeps 3 more significant bits than bf16 at the same tensor-core rate (H100 / H200), and the
-    head cannot overflow it: its input is a LayerNorm output and its logits are tens at most. Measured against
-    fp32 on the Korean passages (2-core CPU, the body in bf16, the head's rounding emulated; active-set Jaccard,
-    ``benchmarks/precision_distance.py``): SPLADE-tiny 0.978 with a bf16 head, 0.991 with an fp16 one;
-    ``gpu_encode.py``'s BERT-base-shaped model 0.971 / 0.983 (its twelve bf16 layers keep the rest). The CPU has
-    no fast fp16 matmul, so there the head stays in ``dtype``."""
+    head cannot overflow it: its input is a LayerNorm output and its logits are tens at most. Against fp32 on
+    the Korean passages (``benchmarks/precision_distance.py``, 2-core CPU; active-set Jaccard / max |dw|):
+    SPLADE-tiny 0.979 / 0.086 with a bf16 head, 0.991 / 0.042 with an fp16 one; ``gpu_encode.py``'s
+    BERT-base-shaped model 0.971 / 0.020 and 0.984 / 0.013 (its twelve bf16 layers keep the rest; fp16
+    throughout: 0.997 and 0.995). The CPU has no fast fp16 matmul, so there the head stays in ``dtype``."""
     return torch.float16 if dtype == torch.bfloat16 and device.type == "cuda" else dtype
 
 

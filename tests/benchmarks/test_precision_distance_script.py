@@ -11,6 +11,7 @@ def test_precision_distance_measures_bf16_an_fp16_head_and_fp16_against_fp32(sha
                           "--out", str(out)])
     assert json.loads(out.read_text())["run"]["commit"] and "| fp16 |" in out.with_suffix(".md").read_text()
     assert "largest weight one side lacks" in out.with_suffix(".md").read_text()
+    assert "within 0.01 of zero" in out.with_suffix(".md").read_text() and result["fp32_logits_near_zero_per_doc"] >= 0
     rows = result["rows"]
     assert list(rows) == ["fp32", "bf16", "bf16-fp16-head", "fp16"] and result["docs"] == 2
     assert all(r["nonfinite_dropped"] == 0 and r["mean_nonzeros"] > 20 for r in rows.values())
