@@ -518,8 +518,9 @@ def _peak_rss_mb() -> float:
 
 def _device_thread(encoder: Any) -> dict[str, Any]:
     """The packed model's head dtype, and where packed batching's device thread spent its time since the warm-up
-    (launching, waiting for the next batch or for results, splitting them), when it runs in this process; with ``--compile graphs`` on CUDA, the
-    CUDA graphs it captured and replayed since the warm-up (:class:`.graph_replay.GraphStats`)."""
+    (launching, waiting for the next batch or for results, splitting them), when it runs in this process; with
+    ``--compile graphs`` on CUDA, the CUDA graphs it captured and replayed since the warm-up
+    (:class:`.graph_replay.GraphStats`)."""
     runner = getattr(encoder, "runner", None)
     stats = getattr(runner, "stats", None)
     if stats is None:
