@@ -115,6 +115,18 @@ def random_mlm(tokenizer_dir: Path, out: Path, sample: list[str], device: torch.
     return out
 
 
+def named_model(name: str, data: Path, sample: list[str], work: Path, device: torch.device) -> str:
+    """The model directory ``name`` stands for in the precision scripts: ``bert-base-random`` (this benchmark's
+    BERT-base shape, built in ``work`` with its bias shifted on ``sample``), ``splade-tiny`` (the installed one), or
+    ``name`` itself (a directory)."""
+    from opensearch_lsr.resources import splade_tiny_path
+
+    if name == "bert-base-random":
+        return str(random_mlm(data / "kobigbird-bert-base-tokenizer", work / "bert", sample, device, layers=12,
+                              hidden=768, heads=12, intermediate=3072))
+    return str(splade_tiny_path()) if name == "splade-tiny" else name
+
+
 def padded_share(lengths: np.ndarray, chunk: int, batch_size: int) -> float:
     """Padded share of the reference path's computed tokens: 256-document chunks sorted by length, then
     ``batch_size`` texts per pass padded to the longest."""

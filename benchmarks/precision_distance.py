@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
-from gpu_encode import exactness, load_corpus, random_mlm  # noqa: E402
+from gpu_encode import exactness, load_corpus, named_model  # noqa: E402
 
 NEAR_ZERO = 0.01
 #: (body, MLM head) dtypes of each setting
@@ -106,17 +106,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if args.device == "cpu":
         torch.set_num_threads(min(2, torch.get_num_threads()))
-    from opensearch_lsr.resources import splade_tiny_path
-
     data = Path(args.data)
     _, corpus = load_corpus(data / "msmarco-ko" / "corpus.jsonl", 1, max(args.limit, 128))
     texts = corpus[:args.limit]
     with tempfile.TemporaryDirectory() as tmp:
-        if args.model == "bert-base-random":
-            model = str(random_mlm(data / "kobigbird-bert-base-tokenizer", Path(tmp) / "bert", corpus[:128],
-                                   torch.device(args.device), layers=12, hidden=768, heads=12, intermediate=3072))
-        else:
-            model = str(splade_tiny_path()) if args.model == "splade-tiny" else args.model
+        model = named_model(args.model, data, corpus[:128], Path(tmp), torch.device(args.device))
         result = {"model": args.model, "device": args.device,
                   **distances(model, texts, args.device, args.precisions)}
     return harness.publish(result, markdown(result), args.out)

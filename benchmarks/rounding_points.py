@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
-from gpu_encode import exactness, load_corpus, random_mlm  # noqa: E402
+from gpu_encode import exactness, load_corpus, named_model  # noqa: E402
 
 POINTS = ("weights", "inputs", "outputs", "attention", "head")
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -140,16 +140,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", default=None, help="JSON results file (the markdown table goes next to it as .md).")
     args = p.parse_args(argv)
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    from opensearch_lsr.resources import splade_tiny_path
-
     data = Path(args.data)
     _, corpus = load_corpus(data / "msmarco-ko" / "corpus.jsonl", 1, max(args.limit, 128))
     with tempfile.TemporaryDirectory() as tmp:
-        if args.model == "bert-base-random":
-            model = str(random_mlm(data / "kobigbird-bert-base-tokenizer", Path(tmp) / "bert", corpus[:128],
-                                   torch.device("cpu"), layers=12, hidden=768, heads=12, intermediate=3072))
-        else:
-            model = str(splade_tiny_path()) if args.model == "splade-tiny" else args.model
+        model = named_model(args.model, data, corpus[:128], Path(tmp), torch.device("cpu"))
         result = {"model": args.model, **measure(model, corpus[:args.limit], args.settings)}
     return harness.publish(result, markdown(result), args.out)
 
