@@ -8,7 +8,8 @@ card's half-precision kernels round them:
 the attention context, the activated feed-forward), ``outputs`` (what each matmul writes), ``attention`` (q, k, v
 and the softmax probabilities) and ``head`` (the head's transform and decoder: weights, input, hidden state).
 Tensor cores accumulate in fp32, so the rounding of their inputs and outputs is the whole difference (up to the
-order of the sums). Each setting's vectors are compared with fp32's (``gpu_encode.exactness``).
+order of the sums). Each setting's vectors are compared with fp32's (``gpu_encode.exactness``). Some settings
+are probes no card runs as such (fp16 weights beside bf16 activations): they say which rounding matters.
 
     python benchmarks/rounding_points.py [--model splade-tiny | bert-base-random | DIR] [--limit 40] [--out F.json]
 
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +55,7 @@ def _round(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return t if dtype is None else t.to(dtype).float()
 
 
-def emulated(fp32, hf_model, rounding: dict[str, torch.dtype]):
+def emulated(fp32: Any, hf_model: Any, rounding: dict[str, torch.dtype]) -> Any:
     """A copy of the fp32 :class:`~opensearch_lsr.encoding.packed.PackedMLM` ``fp32`` whose forward rounds the
     tensors of ``rounding``'s points (the head from ``hf_model``'s own fp32 weights)."""
     w, a, o, q, h = (rounding.get(k) for k in POINTS)
