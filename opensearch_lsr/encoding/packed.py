@@ -337,7 +337,7 @@ class PackedMLM:
             tail = (x, ctx, layer.out_w, layer.out_b, layer.ln1, layer.up_w, layer.up_b, layer.act, layer.down_w,
                     layer.down_b, layer.ln2, dt)
             x, xc = self._tail(*tail) if self._tail is not None else _block_tail(*tail, self._add_norm)
-        return self.transform(x)
+        return self.transform(xc if self.head_dtype == dt else x)  # a head in another dtype reads the fp32 stream
 
     def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """``max_i (h_i W^T + b)`` per document over its own tokens, ``[n, V]`` float32, vocabulary chunk by
