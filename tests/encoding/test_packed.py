@@ -262,6 +262,21 @@ def test_compiled_steps_equal_the_eager_ones(scope):
     assert packed.compiled  # no fallback happened
 
 
+def test_the_whole_body_compiles_with_an_fp16_head_beside_a_bf16_body():
+    """What CUDA runs by default in bf16 (``compile="body"``, the head's transform in fp16 inside the compiled
+    region): it compiles, with no fallback to eager, and computes what the eager steps do within fp16's rounding."""
+    model, _ = _tiny_models()["bert"]
+    lengths = np.array([5, 17, 3, 30])
+    ids = torch.randint(5, 300, (int(lengths.sum()),))
+    seg = Segments.from_lengths(lengths, torch.device("cpu"))
+    with torch.no_grad():
+        eager, compiled = (packed_model(model.eval(), torch.bfloat16, vocab_chunk=128, compile=c,
+                                        head_dtype=torch.float16) for c in (False, "body"))
+        expected, got = eager.pooled_max(ids, seg).float(), compiled.pooled_max(ids, seg).float()
+    assert compiled.compiled and compiled.head_dtype == torch.float16 and got.dtype == expected.dtype
+    assert (got - expected).abs().max().item() <= 4e-3 * max(1.0, expected.abs().max().item())
+
+
 @pytest.mark.parametrize("scope, step", [(True, "_add_norm"), ("body", "_traced_hidden"), ("graphs", "_traced_hidden")])
 def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch, caplog, scope, step):
     """A compiler failure warns once and the eager steps compute the same from then on (for the body: the
