@@ -306,6 +306,17 @@ def stage_times(enc: SparseDocumentEncoder, texts: list[str], max_batches: int =
     return {k: round(v / n, 3) for k, v in totals.items()}
 
 
+#: |fp32 pooled logit| under which a small rounding error can flip whether a document keeps the id
+NEAR_ZERO = 0.01
+
+
+def near_zero_per_doc(encoder, texts: list[str]) -> float:
+    """Mean count per document of ``encoder``'s pooled logits within :data:`NEAR_ZERO` of zero: how many ids a
+    lower precision's rounding can flip, which sets how far its active sets can lie from fp32's."""
+    pooled = encoder.encode_pooled_logits(texts)
+    return round(float((pooled.abs() < NEAR_ZERO).sum(1).float().mean()), 2)
+
+
 def exactness(a: list, b: list) -> dict:
     """Id sets, max |dw| on shared ids, active-set Jaccard between two lists of vectors, and the largest weight of
     an id that only one side has (``max_unshared_weight``: how close to zero the disagreements are)."""
@@ -541,6 +552,7 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             "nonfinite_packed": new32.stats.nonfinite_dropped}
         res["bf16_vs_fp32_packed"] = exactness(b, new.encode(subset))
         res["bf16_vs_fp32_reference"] = exactness(a, ref.encode(subset))
+        res["fp32_logits_near_zero_per_doc"] = near_zero_per_doc(ref32, subset[:256])
         if device.type == "cuda":  # fp16: 3 more mantissa bits than bf16 at the same tensor-core rate (CUDA only)
             new16 = SparseDocumentEncoder(model, device=str(device), precision="fp16", batching="packed")
             res["fp16_vs_fp32_packed"] = {**exactness(b, new16.encode(subset)),
@@ -689,6 +701,8 @@ def markdown(result: dict) -> str:
                  ("segment max docs/s", r.get("segment_max_docs_per_s")),
                  ("token budgets", r.get("token_budgets")),
                  ("packed fp32 vs reference fp32", r.get("exact_packed_fp32_vs_reference_fp32")),
+                 (f"fp32 pooled logits within {NEAR_ZERO} of zero per document (first 256)",
+                  r.get("fp32_logits_near_zero_per_doc")),
                  ("packed bf16 vs fp32", r.get("bf16_vs_fp32_packed")),
                  ("packed fp16 vs fp32", r.get("fp16_vs_fp32_packed")),
                  ("packed bf16 with a bf16 head vs fp32", r.get("bf16_head_bf16_vs_fp32_packed")),

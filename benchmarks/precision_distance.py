@@ -33,9 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
-from gpu_encode import exactness, load_corpus, named_model  # noqa: E402
+from gpu_encode import NEAR_ZERO, exactness, load_corpus, named_model, near_zero_per_doc  # noqa: E402
 
-NEAR_ZERO = 0.01
 #: (body, MLM head) dtypes of each setting
 DTYPES = {"fp32": (torch.float32, torch.float32), "bf16": (torch.bfloat16, torch.bfloat16),
           "bf16-fp16-head": (torch.bfloat16, torch.float16), "fp16": (torch.float16, torch.float16)}
@@ -54,8 +53,7 @@ def distances(model: str, texts: list[str], device: str, precisions: list[str]) 
     model_fp32 = enc.runner.model
     out: dict = {"docs": len(texts), "tokens": int(tokens.lengths.sum()), "rows": {}}
     # how many ids per document a small rounding error can flip: fp32 pooled logits within NEAR_ZERO of zero
-    pooled = enc.encode_pooled_logits(texts)
-    out["fp32_logits_near_zero_per_doc"] = round(float((pooled.abs() < NEAR_ZERO).sum(1).float().mean()), 2)
+    out["fp32_logits_near_zero_per_doc"] = near_zero_per_doc(enc, texts)
     vectors = {}
     for name in ["fp32", *precisions]:
         body, head = DTYPES[name]

@@ -17,6 +17,7 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     assert row["packed"]["docs_per_s"] > 0 and row["reference"]["docs_per_s"] > 0
     exact = row["exact_packed_fp32_vs_reference_fp32"]
     assert exact["docs"] == 12 and exact["max_abs_dw"] <= 1e-5 and exact["jaccard_mean"] > 0.99
+    assert 0 <= row["fp32_logits_near_zero_per_doc"] < 30_522  # what lower precisions can flip, beside their distance
     assert set(row["stage_ms_per_batch"]) == {"copy_in", "body", "head_max", "sparsify_copy_out"}
     tok = row["packed_tok2x2"]  # on CPU the encoder tokenizes in a thread: the row runs, the layout is recorded
     assert tok["tokenizer"] == {"processes": 2, "threads": 2} and tok["vs_packed"]["max_abs_dw"] == 0.0
@@ -35,7 +36,7 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     text = md.read_text()
     assert f"{default_max_batch_tokens('cpu'):,}-token batches): the default" in text
     assert "tokenizer 2 processes x 2 threads" in text and "no word cache" in text and "padded reference" in text
-    assert "packed" in text and result["machine"]["commit"]
+    assert "packed" in text and result["machine"]["commit"] and "of zero per document" in text
 
 
 def test_gpu_encode_leaves_out_the_no_cache_row_where_the_cache_is_off(shared_data, tmp_path, load_script):
