@@ -17,7 +17,7 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     assert row["packed"]["docs_per_s"] > 0 and row["reference"]["docs_per_s"] > 0
     exact = row["exact_packed_fp32_vs_reference_fp32"]
     assert exact["docs"] == 12 and exact["max_abs_dw"] <= 1e-5 and exact["jaccard_mean"] > 0.99
-    assert 0 <= row["fp32_logits_near_zero_per_doc"] < 30_522  # what lower precisions can flip, beside their distance
+    assert 0 < row["fp32_logits_near_zero_per_doc"] < 100  # of 30,522 ids: what lower precisions can flip
     assert set(row["stage_ms_per_batch"]) == {"copy_in", "body", "head_max", "sparsify_copy_out"}
     tok = row["packed_tok2x2"]  # on CPU the encoder tokenizes in a thread: the row runs, the layout is recorded
     assert tok["tokenizer"] == {"processes": 2, "threads": 2} and tok["vs_packed"]["max_abs_dw"] == 0.0

@@ -273,7 +273,7 @@ def test_the_whole_body_compiles_with_an_fp16_head_beside_a_bf16_body():
         eager, compiled = (packed_model(model.eval(), torch.bfloat16, vocab_chunk=128, compile=c,
                                         head_dtype=torch.float16) for c in (False, "body"))
         expected, got = eager.pooled_max(ids, seg).float(), compiled.pooled_max(ids, seg).float()
-    assert compiled.compiled and compiled.head_dtype == torch.float16 and got.dtype == expected.dtype
+    assert compiled.compiled and compiled.head_dtype == torch.float16
     assert (got - expected).abs().max().item() <= 4e-3 * max(1.0, expected.abs().max().item())
 
 
