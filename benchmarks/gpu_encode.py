@@ -342,40 +342,53 @@ def exactness(a: list, b: list) -> dict:
             "jaccard_mean": float(np.mean(jac)), "jaccard_min": float(np.min(jac))}
 
 
-def mrr_at_10(dataset: Path, device: torch.device, model: str, limit: int | None = None) -> dict:
-    """Dev MRR@10 with documents encoded in bf16, fp16 (CUDA only) and fp32 (queries fp32), exact dot-product
-    retrieval (``limit``: the first documents only, and the queries judged on them)."""
-    import scipy.sparse as sp
-
+def dev_set(dataset: Path, limit: int | None = None) -> tuple[list[dict], dict[str, str], dict[str, set[str]]]:
+    """A BEIR folder's corpus (its first ``limit`` documents), the dev queries judged on those documents, and
+    their judgements (query id -> relevant document ids)."""
     corpus = [json.loads(line) for line in open(dataset / "corpus.jsonl", encoding="utf-8")][:limit]
     kept = {d["_id"] for d in corpus}
-    queries = {q["_id"]: q["text"] for q in map(json.loads, open(dataset / "queries.dev.jsonl", encoding="utf-8"))}
     qrels: dict[str, set[str]] = {}
     for line in open(dataset / "qrels" / "dev.tsv", encoding="utf-8"):
         parts = line.split("\t")
         if len(parts) >= 3 and parts[2].strip() not in ("score", "0") and parts[1] in kept:
             qrels.setdefault(parts[0], set()).add(parts[1])
-    qids = [q for q in queries if q in qrels]
-    doc_ids = [d["_id"] for d in corpus]
+    queries = {q["_id"]: q["text"] for q in map(json.loads, open(dataset / "queries.dev.jsonl", encoding="utf-8"))
+               if q["_id"] in qrels}
+    return corpus, queries, qrels
 
-    def matrix(vectors, vocab):
+
+def dev_mrr(queries: list, documents: list, qids: list[str], doc_ids: list[str], qrels: dict[str, set[str]],
+            vocab: int) -> float:
+    """MRR@10 of exact dot-product retrieval: ``queries`` / ``documents`` are sparse vectors in ``qids`` /
+    ``doc_ids`` order."""
+    import scipy.sparse as sp
+
+    def matrix(vectors):
         indptr = np.concatenate([[0], np.cumsum([len(v.ids) for v in vectors])])
         return sp.csr_matrix((np.concatenate([v.weights for v in vectors]), np.concatenate([v.ids for v in vectors]),
                               indptr), shape=(len(vectors), vocab))
 
+    scores = (matrix(queries) @ matrix(documents).T).toarray()
+    rr = []
+    for row, q in enumerate(qids):
+        top = np.argsort(-scores[row], kind="stable")[:10]
+        rank = next((r for r, j in enumerate(top) if doc_ids[j] in qrels[q]), None)
+        rr.append(0.0 if rank is None else 1.0 / (rank + 1))
+    return round(float(np.mean(rr)), 4)
+
+
+def mrr_at_10(dataset: Path, device: torch.device, model: str, limit: int | None = None) -> dict:
+    """Dev MRR@10 with documents encoded in bf16, fp16 (CUDA only) and fp32 (queries fp32), exact dot-product
+    retrieval (``limit``: the first documents only, and the queries judged on them)."""
+    corpus, queries, qrels = dev_set(dataset, limit)
+    qids, doc_ids = list(queries), [d["_id"] for d in corpus]
     q_enc = SparseDocumentEncoder(model, device=str(device), precision="fp32", batching="packed")
-    qm = matrix(q_enc.encode([queries[q] for q in qids]), q_enc.vocab_size)
+    query_vectors = q_enc.encode([queries[q] for q in qids])
     out = {}
     for precision in ("fp32", "bf16", "fp16") if device.type == "cuda" else ("fp32", "bf16"):
         enc = SparseDocumentEncoder(model, device=str(device), precision=precision, batching="packed")
-        dm = matrix(enc.encode([d["text"] for d in corpus]), enc.vocab_size)
-        scores = (qm @ dm.T).toarray()
-        rr = []
-        for row, q in enumerate(qids):
-            top = np.argsort(-scores[row], kind="stable")[:10]
-            rank = next((r for r, j in enumerate(top) if doc_ids[j] in qrels[q]), None)
-            rr.append(0.0 if rank is None else 1.0 / (rank + 1))
-        out[precision] = round(float(np.mean(rr)), 4)
+        out[precision] = dev_mrr(query_vectors, enc.encode([d["text"] for d in corpus]), qids, doc_ids, qrels,
+                                 enc.vocab_size)
     out["queries"] = len(qids)
     return out
 

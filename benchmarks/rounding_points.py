@@ -13,6 +13,9 @@ are probes no card runs as such (fp16 weights beside bf16 activations): they say
 
     python benchmarks/rounding_points.py [--model splade-tiny | bert-base-random | DIR] [--limit 40] [--out F.json]
 
+``--mrr``: the whole MS MARCO-ko dev corpus instead of ``--limit`` passages, and each setting's dev MRR@10 beside
+fp32's (queries in fp32, exact dot-product retrieval: ``gpu_encode.dev_mrr``).
+
 BERT-family masked LMs only (``BertForMaskedLM``); ``bert-base-random`` is ``gpu_encode.py``'s BERT-base shape.
 Written by hand because no library emulates a mixed-precision forward point by point.
 """
@@ -34,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
-from gpu_encode import exactness, load_corpus, named_model  # noqa: E402
+from gpu_encode import dev_mrr, dev_set, exactness, load_corpus, named_model  # noqa: E402
 
 POINTS = ("weights", "inputs", "outputs", "attention", "head")
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -98,8 +101,9 @@ def emulated(fp32: Any, hf_model: Any, rounding: dict[str, torch.dtype]) -> Any:
     return model
 
 
-def measure(model: str, texts: list[str], settings: list[str]) -> dict:
-    """fp32 vectors of ``texts`` and each setting's distance to them."""
+def measure(model: str, texts: list[str], settings: list[str], dev: tuple | None = None) -> dict:
+    """fp32 vectors of ``texts`` and each setting's distance to them; with ``dev`` (query ids, query texts, the
+    ids of ``texts``, judgements) each one's dev MRR@10 too."""
     from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
     from opensearch_lsr.encoding.packed_runner import PackedRunner
 
@@ -114,21 +118,36 @@ def measure(model: str, texts: list[str], settings: list[str]) -> dict:
 
     reference = run(enc.runner.model)
     out: dict = {"docs": len(texts), "tokens": int(tokens.lengths.sum()), "rows": {}}
+    if dev is not None:
+        qids, query_texts, doc_ids, qrels = dev
+        queries = enc.encode(query_texts)
+
+        def mrr(documents: list) -> float:
+            return dev_mrr(queries, documents, qids, doc_ids, qrels, enc.vocab_size)
+
+        out.update(queries=len(qids), fp32_mrr_at_10=mrr(reference))
     for name in settings:
         t0 = time.perf_counter()
         vectors = run(emulated(enc.runner.model, enc.model, SETTINGS[name]))
         out["rows"][name] = {"rounded": {k: str(v).removeprefix("torch.") for k, v in SETTINGS[name].items()},
                              "seconds": round(time.perf_counter() - t0, 2), **exactness(reference, vectors)}
+        if dev is not None:
+            out["rows"][name]["mrr_at_10"] = mrr(vectors)
     return out
 
 
 def markdown(result: dict) -> str:
+    with_mrr = "fp32_mrr_at_10" in result
     rows = [[name, r["jaccard_mean"], r["jaccard_min"], r["max_abs_dw"], r["max_unshared_weight"],
-             f"{r['identical_id_sets']} / {r['docs']}"] for name, r in result["rows"].items()]
+             f"{r['identical_id_sets']} / {r['docs']}", *([r["mrr_at_10"]] if with_mrr else [])]
+            for name, r in result["rows"].items()]
+    mrr = (f"Dev MRR@10 over {result['queries']:,} queries (queries in fp32): fp32 documents "
+           f"{result['fp32_mrr_at_10']}.\n\n" if with_mrr else "")
     return (f"# Rounding points against fp32: {result['model']}, {result['docs']} Korean passages "
-            f"({result['tokens']:,} tokens), fp32 with tensors rounded where a card rounds them\n\n"
+            f"({result['tokens']:,} tokens), fp32 with tensors rounded where a card rounds them\n\n" + mrr
             + harness.markdown_table(["setting (rest fp32)", "Jaccard mean", "Jaccard min", "max |dw|",
-                                      "largest weight one side lacks", "identical id sets"], rows, ".4g") + "\n")
+                                      "largest weight one side lacks", "identical id sets",
+                                      *(["dev MRR@10"] if with_mrr else [])], rows, ".4g") + "\n")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -139,14 +158,21 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--limit", type=int, default=40, help="Passages (the corpus's first ones).")
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING",
                    help=f"Which settings (default: all): {'; '.join(SETTINGS)}.")
+    p.add_argument("--mrr", action="store_true",
+                   help="The whole MS MARCO-ko dev corpus (not --limit passages) and each setting's dev MRR@10.")
     p.add_argument("--out", default=None, help="JSON results file (the markdown table goes next to it as .md).")
     args = p.parse_args(argv)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     data = Path(args.data)
     _, corpus = load_corpus(data / "msmarco-ko" / "corpus.jsonl", 1, max(args.limit, 128))
+    texts, dev = corpus[:args.limit], None
+    if args.mrr:
+        documents, queries, qrels = dev_set(data / "msmarco-ko")
+        texts = [d["text"] for d in documents]
+        dev = (list(queries), list(queries.values()), [d["_id"] for d in documents], qrels)
     with tempfile.TemporaryDirectory() as tmp:
         model = named_model(args.model, data, corpus[:128], Path(tmp), torch.device("cpu"))
-        result = {"model": args.model, **measure(model, corpus[:args.limit], args.settings)}
+        result = {"model": args.model, **measure(model, texts, args.settings, dev)}
     return harness.publish(result, markdown(result), args.out)
 
 

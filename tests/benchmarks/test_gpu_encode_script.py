@@ -81,3 +81,22 @@ def test_exactness_reports_how_close_to_zero_the_disagreements_are(load_script):
     got = module.exactness(a, b)
     assert got["identical_id_sets"] == 1 and got["max_abs_dw"] == 0.25  # shared ids only
     assert np.isclose(got["max_unshared_weight"], 3e-6) and got["jaccard_mean"] == (0.5 + 1.0) / 2
+
+
+def test_dev_mrr_ranks_by_dot_product_and_scores_the_first_relevant_hit(load_script):
+    import numpy as np
+
+    from opensearch_lsr.encoding.sparse_vector import SparseVector
+
+    module = load_script("gpu_encode")
+
+    def vec(ids, weights):
+        return SparseVector(np.array(ids, dtype=np.int64), np.array(weights, dtype=np.float32))
+
+    documents = [vec([1], [1.0]), vec([1, 2], [0.5, 1.0]), vec([3], [2.0])]
+    queries = [vec([1], [1.0]),  # d0 (1.0) before d1 (0.5): its relevant d1 is second
+               vec([2, 3], [1.0, 1.0]),  # d2 (2.0) first: relevant
+               vec([4], [1.0])]  # no document shares an id: the stable order puts d0 first, its relevant d2 third
+    qrels = {"a": {"d1"}, "b": {"d2"}, "c": {"d2"}}
+    got = module.dev_mrr(queries, documents, ["a", "b", "c"], ["d0", "d1", "d2"], qrels, vocab=5)
+    assert got == round((1 / 2 + 1 + 1 / 3) / 3, 4)
