@@ -42,8 +42,8 @@ def test_rounding_points_measure_each_setting_against_fp32(shared_data, splade_t
 def test_rounding_points_report_each_settings_dev_mrr_beside_fp32s(shared_data, splade_tiny_dir, load_script):
     """``--mrr``'s part: the documents retrieved for queries judged on them, in fp32 and in each setting."""
     module = load_script("rounding_points")
-    texts = [json.loads(line)["text"] for line in open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8")
-             ][:5]
+    with open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8") as fh:
+        texts = [json.loads(next(fh))["text"] for _ in range(5)]
     # each passage is the query that finds itself (dot products, not cosines: a longer passage can come first)
     dev = (["q0", "q1", "q2"], texts[:3], [f"d{i}" for i in range(5)], {f"q{i}": {f"d{i}"} for i in range(3)})
     result = module.measure(str(splade_tiny_dir), texts, ["bf16 everywhere"], dev)
