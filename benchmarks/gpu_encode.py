@@ -607,8 +607,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             runs["packed --compile norm"] = ("packed", ("--compile", "norm"))
         if "packed_graphs" not in args.skip:
             runs["packed --compile graphs"] = ("packed", ("--compile", "graphs"))
-        if "ndjson_process" not in args.skip:  # the encoder in a process of its own, chunks of 2,048 documents
-            runs["packed --encoder-process"] = ("packed", ("--encoder-process", "--chunk-docs", "2048"))
+        if "ndjson_process" not in args.skip:  # the encoder in a process of its own, streaming the job's chunks
+            runs["packed --encoder-process"] = ("packed", ("--encoder-process",))
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
         for key, base in (("packed", "packed"), ("packed --build-workers 0", "packed"),

@@ -48,7 +48,9 @@ __all__ = ["index_command"]
 @click.option("--encoder-process", is_flag=True,
               help="Encode in a process of its own even on one device (as every device does with several), so the "
                    "thread that launches the GPU's work does not share the job's interpreter with reading, building "
-                   "and writing; chunks of --chunk-docs go to it whole (raise --chunk-docs on a GPU).")
+                   "and writing. Each encoder process streams the chunks it is sent through its own device pipeline (the "
+                   "next ones tokenized while the device works, batches cut across chunks), as the job does in "
+                   "process; the summary's encoder section gives its device thread's times.")
 @click.option("--compile", "compile_", type=click.Choice(["body", "block", "norm", "graphs"]), is_flag=False,
               flag_value="body", default=None,
               help="Packed batching: torch.compile into fused kernels: body (the whole transformer, one compiled "

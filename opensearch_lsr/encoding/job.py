@@ -24,7 +24,7 @@ import resource
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from .job_config import (DEFAULT_BULK_CONCURRENCY, MAX_BULK_CONCURRENCY, Backend
                          default_work_dir, make_writer, write_concurrency)
 from .job_state import (CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, Checkpoint, ReportFile, SeenIds,
                         warn_nonfinite)
+from .packed_runner import device_thread_report
 from .readers import BadRecord, CorpusRecord, count_records, read_corpus
 
 __all__ = ["Backend", "IndexJobConfig", "IndexJobError", "IndexJob", "run_index_job", "default_work_dir",
@@ -134,7 +135,8 @@ class IndexJob:
         if len(devices) > 1 or config.encoder_process:
             return DevicePool(config.model, devices, precision=config.precision, batch_size=config.batch_size,
                               max_length=config.max_length, num_threads=config.threads, batching=config.batching,
-                              max_batch_tokens=config.max_batch_tokens, compile=config.compile)
+                              max_batch_tokens=config.max_batch_tokens, compile=config.compile,
+                              window_docs=config.window_docs)
         return SparseDocumentEncoder(config.model, device=devices[0], precision=config.precision,  # type: ignore[arg-type]
                                      batch_size=config.batch_size, max_length=config.max_length,
                                      batching=config.batching, max_batch_tokens=config.max_batch_tokens,  # type: ignore[arg-type]
@@ -517,21 +519,12 @@ def _peak_rss_mb() -> float:
 
 
 def _device_thread(encoder: Any) -> dict[str, Any]:
-    """The packed model's head dtype, and where packed batching's device thread spent its time since the warm-up
-    (launching, waiting for the next batch or for results, splitting them), when it runs in this process; with
-    ``--compile graphs`` on CUDA, the CUDA graphs it captured and replayed since the warm-up
-    (:class:`.graph_replay.GraphStats`)."""
-    runner = getattr(encoder, "runner", None)
-    stats = getattr(runner, "stats", None)
-    if stats is None:
-        return {}
-    out = {"head_precision": str(runner.model.head_dtype).removeprefix("torch."),
-           "device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
-           "source_waits_over_1ms": stats.source_waits_over_1ms, "overflow_reruns": stats.overflow_reruns}
-    graphs = getattr(runner.model, "graph_replay", None)
-    if graphs is not None:
-        out["cuda_graphs"] = asdict(graphs.stats)
-    return out
+    """:func:`~.packed_runner.device_thread_report` of the encoder in this process, or of the pool's one worker
+    (under ``workers``, one each, with several devices)."""
+    reports = getattr(encoder, "device_reports", None)
+    if reports is None:
+        return device_thread_report(encoder)
+    return reports[0] if len(reports) == 1 else {"workers": reports} if reports else {}
 
 
 def _postfix(bar, writer_counters: Counter, start_indexed: int, t_start: float) -> None:

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ from .token_ids import TokenizedTexts, concat_tokenized
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches"]
+__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches", "device_thread_report"]
 
 #: A tag for :meth:`PackedRunner.stream`: complete every batch in flight before taking the next one.
 FLUSH = object()
@@ -304,3 +304,21 @@ class PackedRunner:
                 for i, v in zip(index.tolist(), vectors):
                     out[i] = v
         return out  # type: ignore[return-value]
+
+
+def device_thread_report(encoder: Any) -> dict[str, Any]:
+    """The packed model's head dtype, and where packed batching's device thread spent its time since the warm-up
+    (launching, waiting for the next batch or for results, splitting them); with ``--compile graphs`` on CUDA,
+    the CUDA graphs it captured and replayed since the warm-up (:class:`.graph_replay.GraphStats`). Empty for
+    an encoder without packed batching."""
+    runner = getattr(encoder, "runner", None)
+    stats = getattr(runner, "stats", None)
+    if stats is None:
+        return {}
+    out = {"head_precision": str(runner.model.head_dtype).removeprefix("torch."),
+           "device_thread_s": {k: round(v, 3) for k, v in stats.by_stage.items()}, "batches": stats.batches,
+           "source_waits_over_1ms": stats.source_waits_over_1ms, "overflow_reruns": stats.overflow_reruns}
+    graphs = getattr(runner.model, "graph_replay", None)
+    if graphs is not None:
+        out["cuda_graphs"] = asdict(graphs.stats)
+    return out

@@ -80,6 +80,10 @@ def test_encoder_process_on_one_device_writes_the_same_documents(tmp_path, tiny_
                              encoder_process=process)
         summary = run_index_job(cfg, progress=False)
         assert summary["indexed"] == 30
+        # what the encoder resolved "auto" to, and (packed batching) its device thread's times, in or out of process
+        assert summary["encoder"]["precision"] == "fp32" and summary["encoder"]["batching"] == "packed"
+        assert summary["encoder"]["batches"] >= 1 and set(summary["encoder"]["device_thread_s"]) == {
+            "launch", "wait", "split", "source"}
         written[name] = [json.loads(line) for line in (tmp_path / name / "bulk-00000.ndjson").read_text().splitlines()]
     assert summary["encoder"]["device"] == "cpu"
     for a, b in zip(written["inline"], written["process"]):
@@ -92,3 +96,95 @@ def test_encoder_process_on_one_device_writes_the_same_documents(tmp_path, tiny_
         run_index_job(IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson",
                                      index=str(tmp_path / "onnx"), encoder_runtime="onnx", encoder_process=True),
                       progress=False)
+
+
+class _HeldPipeline:
+    """A pipeline whose futures resolve only when the test says so; records what was submitted, and when."""
+
+    def __init__(self):
+        import threading
+
+        self.submitted, self.futures, self.closed = [], [], False
+        self.changed = threading.Condition()
+
+    def submit(self, texts):
+        from concurrent.futures import Future
+
+        if texts == ["refuse"]:
+            raise ValueError("the pipeline failed earlier")
+        future = Future()
+        future.tokens = type("Tokens", (), {"full_lengths": np.array([len(t) for t in texts])})()
+        with self.changed:
+            self.submitted.append(list(texts))
+            self.futures.append(future)
+            self.changed.notify_all()
+        return future
+
+    def wait_submitted(self, n):
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.submitted) >= n, timeout=10)
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_worker_takes_the_next_chunks_while_one_is_encoding_and_answers_in_order():
+    """:func:`serve` (a worker's loop): a chunk goes into the pipeline when it arrives, not when the one
+    before it is done, so the device has the next chunks queued; answers keep submission order whatever
+    order the chunks finish in, carry the token counts and the growth of the non-finite count, and a failed
+    chunk fails alone."""
+    import queue
+    import threading
+
+    from opensearch_lsr.encoding.parallel import serve
+
+    pipeline, requests, replies = _HeldPipeline(), queue.Queue(), queue.Queue()
+    dropped = iter([0, 2, 5])
+    worker = threading.Thread(target=serve, args=(pipeline, requests, lambda *r: replies.put(r), lambda: next(dropped)))
+    worker.start()
+    for seq, texts in enumerate((["a", "bb"], ["ccc"], ["refuse"], ["dddd"])):
+        requests.put((seq, texts))
+    pipeline.wait_submitted(3)  # the three pipeline chunks are all in while none has finished
+    assert pipeline.submitted == [["a", "bb"], ["ccc"], ["dddd"]] and replies.empty()
+    pipeline.futures[2].set_result(["v4"])
+    pipeline.futures[1].set_exception(RuntimeError("device error"))
+    assert replies.empty()  # the first chunk is still encoding: nothing may overtake it
+    pipeline.futures[0].set_result(["v1", "v2"])
+    requests.put(None)
+    worker.join(timeout=10)
+    assert not worker.is_alive() and pipeline.closed
+    got = [replies.get_nowait() for _ in range(4)]
+    assert [(kind, seq) for kind, seq, _ in got] == [("done", 0), ("failed", 1), ("failed", 2), ("done", 3)]
+    vectors, grew, lengths = got[0][2]
+    assert vectors == ["v1", "v2"] and grew == 0 and lengths.tolist() == [1, 2]
+    assert "device error" in str(got[1][2]) and "failed earlier" in str(got[2][2])
+    assert got[3][2][0] == ["v4"] and got[3][2][1] == 2 and got[3][2][2].tolist() == [4]
+
+
+def test_a_pool_reports_a_worker_that_cannot_start_or_that_dies(tiny_source_dir):
+    """A worker's start-up error reaches ``warm_up`` (the job calls it first) as the cause; a worker killed
+    with chunks outstanding fails their futures instead of leaving the job waiting, and the pool still closes."""
+    import os
+    import signal
+
+    with DevicePool(tiny_source_dir, ["cpu"], precision="fp4") as pool:
+        with pytest.raises(RuntimeError, match="failed to start") as failed:
+            pool.warm_up()
+        assert "fp4" in str(failed.value.__cause__)
+        with pytest.raises(RuntimeError, match="ended"):
+            pool.submit(["house cat"])
+
+    pool = DevicePool(tiny_source_dir, ["cpu"], num_threads=1)
+    pool.warm_up()
+    assert pool.encode(["house cat"])[0].ids.size > 0 and pool.precision != "auto"
+    worker = pool._workers[0].process
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join()
+    try:
+        future = pool.submit(["house cat dog"])
+    except RuntimeError as err:  # the pool saw the worker end first
+        assert "ended" in str(err)
+    else:
+        with pytest.raises(RuntimeError, match="ended"):
+            future.result(timeout=30)
+    pool.close()
