@@ -394,14 +394,15 @@ def mrr_at_10(dataset: Path, device: torch.device, model: str, limit: int | None
 
 
 def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batching: str, work: Path,
-                      extra: tuple[str, ...] = ()) -> dict:
-    """``lsr-os index --backend ndjson`` in a subprocess; its summary's throughput and time split."""
+                      extra: tuple[str, ...] = (), root: Path = ROOT) -> dict:
+    """``lsr-os index --backend ndjson`` in a subprocess (the package of the checkout ``root``); its summary's
+    throughput and time split."""
     out = work / f"ndjson-{batching}{len(extra)}"
     cmd = [sys.executable, "-m", "opensearch_lsr.cli", "index", "--corpus", str(corpus_file), "--model", model,
            "--backend", "ndjson", "--index", str(out), "--restart", "--no-progress", "--device", str(device),
            "--batching", batching, *extra]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
     if proc.returncode != 0:
         return {"error": proc.stderr[-2000:]}
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
