@@ -37,13 +37,20 @@ RESULT_COLUMNS = ("block", "first_position", "records", "indexed", "dead_lettere
 def encode_records(encoder, builder: DocumentBuilder, records: Sequence[tuple[str | None, str]],
                    long_text: LongTextPolicy) -> tuple[list[dict], Counter]:
     """Bulk actions for ``(doc_id, text)`` records, with the single-process job's 512-token policy
-    (``truncate``: count texts over the cap; ``split``: nested passages) and counters."""
+    (``truncate``: count texts over the cap; ``split``: nested passages) and counters. With packed batching
+    the texts are tokenized once (the encoder's background tokenizer), for both the count and the encode."""
     texts = [t for _, t in records]
-    over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if texts else []
+    tokens = None
+    if texts and getattr(encoder, "runner", None) is not None:
+        tokens = encoder.tokenize_async(texts).result()
+        over = (tokens.full_lengths > encoder.max_length).tolist()
+    else:
+        over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if texts else []
     counters: Counter = Counter()
     if long_text != "split":
         counters["truncated"] += sum(over)
-        return build_actions(records, encoder.encode(texts) if texts else [], builder), counters
+        vectors = encoder.encode_tokenized(tokens) if tokens is not None else encoder.encode(texts) if texts else []
+        return build_actions(records, vectors, builder), counters
     pieces = [split_passages(t, encoder.tokenizer, encoder.max_length) if o else [t] for t, o in zip(texts, over)]
     vectors = encoder.encode([p for ps in pieces for p in ps]) if texts else []
     actions, k = [], 0
