@@ -19,9 +19,9 @@ import numpy as np
 import orjson
 
 from .documents import DocumentBuilder, doc_id_for
-from .sparse_vector import SparseVector
+from .sparse_vector import SparseVector, flat_vectors, split_vectors
 
-__all__ = ["NdjsonDocumentPool", "ndjson_lines", "default_build_workers", "flat_vectors"]
+__all__ = ["NdjsonDocumentPool", "ndjson_lines", "default_build_workers"]
 
 _BUILDER: DocumentBuilder | None = None
 _INDEX = ""
@@ -31,7 +31,7 @@ def default_build_workers(device: str | None) -> int:
     """Worker processes for documents by default: up to 8 beside a GPU, leaving 4 cores to the job's own
     threads (reader, device, tokenizer, writer); none on CPU, where the encoder wants every core.
 
-    A chunk goes to a worker as three flat arrays and its records (:func:`flat_vectors`), and the workers
+    A chunk goes to a worker as three flat arrays and its records (:func:`~.sparse_vector.flat_vectors`), and the workers
     start before the job's clock. (Handing over a list of per-document vectors instead cost the main thread
     more than building there: 6,013 docs/s with 8 workers against 7,486 without on an H200,
     ``benchmarks/results/gpu_encode.md`` run 4.) ``--build-workers N`` sets it.
@@ -59,21 +59,11 @@ def _started() -> bool:
 
 def _serialise(doc_ids: Sequence[str | None], texts: Sequence[str], ids: np.ndarray, weights: np.ndarray,
                counts: np.ndarray) -> list[tuple[str, bytes]]:
-    cuts = np.cumsum(counts)[:-1]
     out = []
-    for doc_id, text, i, w in zip(doc_ids, texts, np.split(ids, cuts), np.split(weights, cuts)):
+    for doc_id, text, vector in zip(doc_ids, texts, split_vectors(ids, weights, counts)):
         did = doc_id_for(doc_id, text)
-        out.append((did, ndjson_lines(_BUILDER, _INDEX, did, text, SparseVector(i, w))))  # type: ignore[arg-type]
+        out.append((did, ndjson_lines(_BUILDER, _INDEX, did, text, vector)))  # type: ignore[arg-type]
     return out
-
-
-def flat_vectors(vectors: Sequence[SparseVector]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A chunk's vectors as three flat arrays (ids, weights, counts): pickled as three buffers, where a list
-    of vectors pickles two small arrays per document."""
-    counts = np.fromiter((len(v.ids) for v in vectors), dtype=np.int64, count=len(vectors))
-    if not len(vectors):
-        return np.zeros(0, np.int64), np.zeros(0, np.float32), counts
-    return (np.concatenate([v.ids for v in vectors]), np.concatenate([v.weights for v in vectors]), counts)
 
 
 class NdjsonDocumentPool:

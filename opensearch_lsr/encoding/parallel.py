@@ -37,6 +37,7 @@ import numpy as np
 
 from ..contract import MAX_LENGTH, decode_keys
 from .encoder import EncoderStats, SparseVector, count_tokens
+from .sparse_vector import flat_vectors, split_vectors
 
 __all__ = ["resolve_devices", "DevicePool", "ChunkTokens", "serve"]
 
@@ -103,7 +104,7 @@ def serve(pipeline: Any, requests: Any, reply: Callable[[str, int | None, Any], 
           dropped: Callable[[], int] = lambda: 0) -> None:
     """A worker's loop: ``(seq, texts)`` requests from ``requests`` (until ``None``) go into ``pipeline``
     (``submit`` -> future with ``.tokens``) as they arrive, and a thread of their own answers them in
-    order with ``reply("done", seq, (vectors, nonfinite_dropped, full_lengths))`` or ``reply("failed",
+    order with ``reply("done", seq, (flat_vectors(vectors), nonfinite_dropped, full_lengths))`` or ``reply("failed",
     seq, error)``; ``pipeline`` is closed (what was submitted is finished) before it returns. ``dropped``
     reads the encoder's running count of non-finite weights dropped (each answer carries what it grew by)."""
     order: queue.Queue = queue.Queue()
@@ -113,9 +114,9 @@ def serve(pipeline: Any, requests: Any, reply: Callable[[str, int | None, Any], 
         while (item := order.get()) is not None:
             seq, future = item
             try:
-                vectors = future.result()
+                flat = flat_vectors(future.result())  # three buffers to pickle, not two arrays a document
                 now = dropped()
-                reply("done", seq, (vectors, now - before, np.asarray(future.tokens.full_lengths, np.int64)))
+                reply("done", seq, (flat, now - before, np.asarray(future.tokens.full_lengths, np.int64)))
                 before = now
             except BaseException as err:  # noqa: BLE001 - the parent's future gets it
                 reply("failed", seq, _portable(err))
@@ -415,7 +416,8 @@ class DevicePool:
                 future, _ = self._futures.pop(seq)
                 worker.outstanding.pop(seq, None)
             if kind == "done":
-                vectors, dropped, full = payload
+                flat, dropped, full = payload
+                vectors = split_vectors(*flat)
                 future.tokens = ChunkTokens(full)  # type: ignore[attr-defined]
                 self.stats.texts += len(vectors)
                 self.stats.nonfinite_dropped += dropped

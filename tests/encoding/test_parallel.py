@@ -137,6 +137,10 @@ def test_a_worker_takes_the_next_chunks_while_one_is_encoding_and_answers_in_ord
     import threading
 
     from opensearch_lsr.encoding.parallel import serve
+    from opensearch_lsr.encoding.sparse_vector import SparseVector
+
+    def vector(ids):
+        return SparseVector(np.array(ids, np.int64), np.ones(len(ids), np.float32))
 
     pipeline, requests, replies = _HeldPipeline(), queue.Queue(), queue.Queue()
     dropped = iter([0, 2, 5])
@@ -146,19 +150,19 @@ def test_a_worker_takes_the_next_chunks_while_one_is_encoding_and_answers_in_ord
         requests.put((seq, texts))
     pipeline.wait_submitted(3)  # the three pipeline chunks are all in while none has finished
     assert pipeline.submitted == [["a", "bb"], ["ccc"], ["dddd"]] and replies.empty()
-    pipeline.futures[2].set_result(["v4"])
+    pipeline.futures[2].set_result([vector([7])])
     pipeline.futures[1].set_exception(RuntimeError("device error"))
     assert replies.empty()  # the first chunk is still encoding: nothing may overtake it
-    pipeline.futures[0].set_result(["v1", "v2"])
+    pipeline.futures[0].set_result([vector([1]), vector([2, 3])])
     requests.put(None)
     worker.join(timeout=10)
     assert not worker.is_alive() and pipeline.closed
     got = [replies.get_nowait() for _ in range(4)]
     assert [(kind, seq) for kind, seq, _ in got] == [("done", 0), ("failed", 1), ("failed", 2), ("done", 3)]
-    vectors, grew, lengths = got[0][2]
-    assert vectors == ["v1", "v2"] and grew == 0 and lengths.tolist() == [1, 2]
+    (ids, _weights, counts), grew, lengths = got[0][2]
+    assert ids.tolist() == [1, 2, 3] and counts.tolist() == [1, 2] and grew == 0 and lengths.tolist() == [1, 2]
     assert "device error" in str(got[1][2]) and "failed earlier" in str(got[2][2])
-    assert got[3][2][0] == ["v4"] and got[3][2][1] == 2 and got[3][2][2].tolist() == [4]
+    assert got[3][2][0][0].tolist() == [7] and got[3][2][1] == 2 and got[3][2][2].tolist() == [4]
 
 
 def test_a_pool_reports_a_worker_that_cannot_start_or_that_dies(tiny_source_dir):
@@ -188,3 +192,16 @@ def test_a_pool_reports_a_worker_that_cannot_start_or_that_dies(tiny_source_dir)
         with pytest.raises(RuntimeError, match="ended"):
             future.result(timeout=30)
     pool.close()
+
+
+def test_vectors_cross_processes_as_three_flat_arrays_and_come_back_the_same():
+    from opensearch_lsr.encoding.sparse_vector import SparseVector, flat_vectors, split_vectors
+
+    vectors = [SparseVector(np.array([3, 9], np.int64), np.array([0.5, 1.5], np.float32)),
+               SparseVector(np.zeros(0, np.int64), np.zeros(0, np.float32)),
+               SparseVector(np.array([1], np.int64), np.array([2.0], np.float32))]
+    ids, weights, counts = flat_vectors(vectors)
+    assert ids.tolist() == [3, 9, 1] and counts.tolist() == [2, 0, 1]
+    back = split_vectors(ids, weights, counts)
+    assert [(v.ids.tolist(), v.weights.tolist()) for v in back] == [(v.ids.tolist(), v.weights.tolist()) for v in vectors]
+    assert split_vectors(*flat_vectors([])) == []
