@@ -26,6 +26,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
@@ -322,8 +323,6 @@ class DevicePool:
         Raises:
             RuntimeError: a worker failed to start (its error is the cause).
         """
-        import time
-
         t0 = time.perf_counter()
         with self._changed:
             self._changed.wait_for(lambda: all(w.ready or w.ended for w in self._workers))
@@ -374,22 +373,21 @@ class DevicePool:
     def _collect(self) -> None:
         """Resolve futures from the workers' answers; fail a worker's outstanding futures when its process
         ends without answering them (killed, crashed); stop once every worker has ended."""
-        while True:
+        checked = time.monotonic()
+        while not all(w.ended for w in self._workers):
             try:
                 kind, index, seq, payload = self._results.get(timeout=0.5)
+                self._handle(kind, self._workers[index], seq, payload)
             except queue.Empty:
+                pass
+            if time.monotonic() - checked >= 0.5:  # also while other workers keep answering
+                checked = time.monotonic()
                 for w in self._workers:
                     if not w.ended and not w.process.is_alive():
                         self._drain_results()  # answers it sent before it ended come first
                         if not w.ended:
                             code = w.process.exitcode
                             self._end(w, RuntimeError(f"the encoder process on {w.device} ended (exit code {code})"))
-                if all(w.ended for w in self._workers):
-                    return
-                continue
-            self._handle(kind, self._workers[index], seq, payload)
-            if all(w.ended for w in self._workers):
-                return
 
     def _drain_results(self) -> None:
         while True:
@@ -413,8 +411,10 @@ class DevicePool:
             self._end(worker, payload)
         else:
             with self._lock:
-                future, _ = self._futures.pop(seq)
+                future, _ = self._futures.pop(seq, (None, None))
                 worker.outstanding.pop(seq, None)
+            if future is None:  # already failed: its worker was taken for ended
+                return
             if kind == "done":
                 flat, dropped, full = payload
                 vectors = split_vectors(*flat)
