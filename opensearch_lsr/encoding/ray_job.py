@@ -44,7 +44,7 @@ from .job_config import IndexJobConfig, IndexJobError, default_work_dir, make_wr
 from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, ReportFile, SeenIds, warn_nonfinite
 from .readers import BadRecord, read_corpus
 from .ray_source import CorpusBlocksDatasource, PlanBlock
-from .ray_workers import RESULT_COLUMNS, BlockEncoder, NdjsonBlockWriter, dead_letter_entry
+from .ray_workers import CALLS_PER_ACTOR, RESULT_COLUMNS, BlockEncoder, NdjsonBlockWriter, dead_letter_entry
 
 __all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "actor_encoder_kwargs", "run_ray_index_job",
            "LEDGER"]
@@ -329,7 +329,8 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
                 warnings.filterwarnings("ignore", message=".*ray_remote_args. is deprecated")
                 ds = ds.map_batches(
                     actor_class, batch_size=None, batch_format="numpy",
-                    compute=ray.data.ActorPoolStrategy(size=options.workers),
+                    compute=ray.data.ActorPoolStrategy(size=options.workers, enable_true_multi_threading=True,
+                                                       max_concurrent_calls_per_actor=CALLS_PER_ACTOR),
                     num_cpus=options.cpus_per_worker, num_gpus=options.num_gpus_per_worker or None,
                     max_restarts=options.max_restarts, max_task_retries=options.max_restarts,
                     fn_constructor_args=(str(config.model),),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,7 +28,10 @@ from ..engines.base import BulkOutcome
 from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, split_passages
 from .indexing import build_actions
 
-__all__ = ["encode_records", "BlockEncoder", "NdjsonBlockWriter", "dead_letter_entry", "RESULT_COLUMNS"]
+__all__ = ["encode_records", "BlockEncoder", "NdjsonBlockWriter", "dead_letter_entry", "RESULT_COLUMNS", "CALLS_PER_ACTOR"]
+
+#: Calls of one actor Ray Data runs at once: one block built and written while the next is encoded.
+CALLS_PER_ACTOR = 2
 
 #: Integer columns of the per-block rows :class:`BlockEncoder` returns.
 RESULT_COLUMNS = ("block", "first_position", "records", "indexed", "dead_lettered", "truncated", "split_docs", "passages",
@@ -38,15 +42,22 @@ def encode_records(encoder, builder: DocumentBuilder, records: Sequence[tuple[st
                    long_text: LongTextPolicy) -> tuple[list[dict], Counter]:
     """Bulk actions for ``(doc_id, text)`` records, with the single-process job's 512-token policy
     (``truncate``: count texts over the cap; ``split``: nested passages) and counters. With packed batching
-    the texts are tokenized once (the encoder's background tokenizer), for both the count and the encode."""
+    the texts are tokenized once (the encoder's background tokenizer), for both the count and the encode; an
+    ``encoder`` with ``submit`` (a :class:`~.encode_pipeline.PipelinedEncoder`) takes the block into its device
+    pipeline, beside the blocks other calls submitted."""
     texts = [t for _, t in records]
     tokens = None
+    counters: Counter = Counter()
+    if texts and long_text != "split" and hasattr(encoder, "submit"):  # a device pipeline shared by block calls
+        future = encoder.submit(texts)
+        vectors = future.result()
+        counters["truncated"] += int((future.tokens.full_lengths > encoder.max_length).sum())
+        return build_actions(records, vectors, builder), counters
     if texts and getattr(encoder, "runner", None) is not None:
         tokens = encoder.tokenize_async(texts).result()
         over = (tokens.full_lengths > encoder.max_length).tolist()
     else:
         over = [n > encoder.max_length for n in encoder.count_tokens(texts)] if texts else []
-    counters: Counter = Counter()
     if long_text != "split":
         counters["truncated"] += sum(over)
         vectors = encoder.encode_tokenized(tokens) if tokens is not None else encoder.encode(texts) if texts else []
@@ -113,6 +124,12 @@ def _groups(blocks: np.ndarray) -> list[tuple[int, int]]:
 class BlockEncoder:
     """The ``map_batches`` callable class: one encoder per actor, one result row per block in a batch.
 
+    Ray Data runs :data:`CALLS_PER_ACTOR` calls of an actor at once (``ActorPoolStrategy(...,
+    enable_true_multi_threading=True)``), so one block is built and written while the next is on the device.
+    With packed batching the calls share one device pipeline (:class:`~.encode_pipeline.PipelinedEncoder`:
+    a device thread, the next block tokenized while one is encoded); other encoders take one block at a time.
+    Each calling thread has its own writer.
+
     Args:
         model: the SparseEncoder dir (as ``lsr-os index --model``).
         encoder_kwargs: :func:`~opensearch_lsr.encoding.onnx_backend.open_document_encoder` options
@@ -120,8 +137,8 @@ class BlockEncoder:
             else ``cpu``).
         builder_kwargs: :class:`~opensearch_lsr.encoding.documents.DocumentBuilder` options except ``keys``.
         long_text: the 512-token policy.
-        writer_factory: makes the actor's writer (``write(actions) -> outcomes``, or
-            :class:`NdjsonBlockWriter`); ``None``: return the documents to the driver (local backend).
+        writer_factory: makes a writer (``write(actions) -> outcomes``, or :class:`NdjsonBlockWriter`);
+            ``None``: return the documents to the driver (local backend).
         threads: torch CPU threads of this actor.
     """
 
@@ -130,6 +147,7 @@ class BlockEncoder:
                  threads: int | None = None) -> None:
         import torch
 
+        from .encode_pipeline import PipelinedEncoder
         from .onnx_backend import open_document_encoder
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -141,15 +159,35 @@ class BlockEncoder:
         if runtime != "torch":
             kwargs["num_threads"] = threads
         self.encoder = open_document_encoder(model, runtime=runtime, device=device, **kwargs)
+        self.pipeline = PipelinedEncoder(self.encoder) if getattr(self.encoder, "runner", None) is not None else None
         keys = self.encoder.keys if builder_kwargs.get("key_format", "word") == "word" else None
         self.builder = DocumentBuilder(keys, **builder_kwargs)
         self.long_text = long_text
-        self.writer = writer_factory() if writer_factory is not None else None
+        self.writer_factory = writer_factory
+        self._writers = threading.local()
+        self._one_block = threading.Lock()  # an encoder without a device pipeline: one block at a time
+        self._counted = threading.Lock()
+        self._dropped_reported = 0
 
     def _write(self, block: int, first_position: int, actions: list[dict]) -> list[BulkOutcome]:
-        if isinstance(self.writer, NdjsonBlockWriter):
-            return self.writer.write_block(block, first_position, actions)
-        return self.writer.write(actions) if actions else []
+        writer = getattr(self._writers, "writer", None)
+        if writer is None:
+            writer = self._writers.writer = self.writer_factory()  # type: ignore[misc]
+        if isinstance(writer, NdjsonBlockWriter):
+            return writer.write_block(block, first_position, actions)
+        return writer.write(actions) if actions else []
+
+    def _encode(self, records: list[tuple[str | None, str]]) -> tuple[list[dict], Counter]:
+        if self.pipeline is not None:
+            actions, counters = encode_records(self.pipeline, self.builder, records, self.long_text)
+        else:
+            with self._one_block:
+                actions, counters = encode_records(self.encoder, self.builder, records, self.long_text)
+        with self._counted:  # the encoder's running count: each block reports what it grew by since the last
+            now = self.encoder.stats.nonfinite_dropped
+            counters["nonfinite_dropped"] += now - self._dropped_reported
+            self._dropped_reported = now
+        return actions, counters
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows: dict[str, list] = {c: [] for c in (*RESULT_COLUMNS, "dead", "actions", "sources")}
@@ -158,11 +196,9 @@ class BlockEncoder:
             records = [(None if d is None else str(d), str(t))
                        for d, t in zip(batch["doc_id"][start:stop], batch["text"][start:stop])]
             sources = [str(s) for s in batch["source"][start:stop]]
-            dropped = self.encoder.stats.nonfinite_dropped
-            actions, counters = encode_records(self.encoder, self.builder, records, self.long_text)
-            counters["nonfinite_dropped"] += self.encoder.stats.nonfinite_dropped - dropped
+            actions, counters = self._encode(records)
             dead: list[dict] = []
-            if self.writer is None:  # the driver writes (local backend: one writer process)
+            if self.writer_factory is None:  # the driver writes (local backend: one writer process)
                 rows["actions"].append(json.dumps(actions, ensure_ascii=False))
                 rows["sources"].append(json.dumps(sources, ensure_ascii=False))
             else:
