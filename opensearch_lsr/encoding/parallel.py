@@ -111,7 +111,7 @@ def serve(pipeline: Any, requests: Any, reply: Callable[[str, int | None, Any], 
     order: queue.Queue = queue.Queue()
 
     def answer() -> None:
-        before = 0
+        before = dropped()  # the running count when serving starts: what came before is no chunk's
         while (item := order.get()) is not None:
             seq, future = item
             try:

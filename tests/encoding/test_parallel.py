@@ -143,7 +143,7 @@ def test_a_worker_takes_the_next_chunks_while_one_is_encoding_and_answers_in_ord
         return SparseVector(np.array(ids, np.int64), np.ones(len(ids), np.float32))
 
     pipeline, requests, replies = _HeldPipeline(), queue.Queue(), queue.Queue()
-    dropped = iter([0, 2, 5])
+    dropped = iter([1, 1, 3])  # when serving starts, then at each answer
     worker = threading.Thread(target=serve, args=(pipeline, requests, lambda *r: replies.put(r), lambda: next(dropped)))
     worker.start()
     for seq, texts in enumerate((["a", "bb"], ["ccc"], ["refuse"], ["dddd"])):
