@@ -4,8 +4,9 @@ With ``--encoder-process`` (and with several GPUs) the job hands its chunks to a
 (:class:`opensearch_lsr.encoding.parallel.DevicePool`). What that costs beside the in-process job is host work:
 sending texts and vectors between processes, the worker waiting for chunks, starting and stopping it. On a CPU
 a real model's own encoding hides all of it, so this benchmark encodes with a model small enough that the host
-sets the pace: one random layer of width 16 over a 1,000-piece WordPiece vocabulary trained on the corpus (its
-decoder bias shifted so a document keeps about 150 ids, as a trained model's do). The settings alternate run by
+sets the pace: one random layer of width 16 over a small WordPiece vocabulary trained on the corpus
+(:func:`opensearch_lsr.transfer.tokenizer_train.train_tokenizer` asked for 1,000 pieces; it keeps the corpus
+alphabet, about 3,000 in all), its decoder bias shifted so a document keeps about 150 ids, as a trained model's do. The settings alternate run by
 run over the same corpus; ``--baseline-tree DIR`` adds the ``--encoder-process`` job of another checkout (a
 ``git worktree`` of an older commit, say), measured in the same run.
 
@@ -27,25 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 from gpu_encode import load_corpus, ndjson_end_to_end, random_mlm  # noqa: E402
 
-
-def small_vocabulary(texts: list[str], out: Path, vocab_size: int = 1000) -> Path:
-    """A cased WordPiece tokenizer of ``vocab_size`` pieces trained on ``texts`` (the Rust ``tokenizers``
-    trainer), saved as a BERT tokenizer directory."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special))
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
-        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
-    fast.save_pretrained(str(out))
-    return out
+from opensearch_lsr.transfer.tokenizer_train import train_tokenizer  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -74,8 +57,13 @@ def main(argv: list[str] | None = None) -> dict:
             corpus_file = work / "corpus.jsonl"
             with open(data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8") as src, open(corpus_file, "w") as dst:
                 dst.writelines(line for _, line in zip(range(args.limit), src))
-        model = args.model or str(random_mlm(small_vocabulary(texts, work / "tok"), work / "model", texts, device,
-                                             layers=1, hidden=16, heads=2, intermediate=32, target_nnz=150))
+        vocabulary = None
+        if args.model:
+            model = args.model
+        else:
+            vocabulary = len(train_tokenizer(texts, 1000, work / "tok"))
+            model = str(random_mlm(work / "tok", work / "model", texts, device, layers=1, hidden=16, heads=2,
+                                   intermediate=32, target_nnz=150))
         runs: dict[str, list[dict]] = {name: [] for name in settings}
         for i in range(args.repeat):
             for name, (extra, root) in settings.items():
@@ -94,11 +82,12 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{statistics.median(r['elapsed_s'] for r in rs):.2f}",
                      f"{statistics.median(r['encode_wait_s'] for r in rs):.2f}"])
     md = (f"{len(texts):,} Korean passages, `lsr-os index --backend ndjson --batching packed --device {device}`, "
-          f"{'the host-bound model (1 x 16, 1,000 pieces)' if not args.model else args.model}; "
+          f"{args.model or f'the host-bound model (1 x 16, a {vocabulary:,}-piece vocabulary trained on the corpus)'}; "
           "settings alternate run by run.\n\n"
           + harness.markdown_table(["job", "docs/s per run", "median", "x in process", "elapsed s", "encode wait s"],
                                    rows))
-    result = {"passages": len(texts), "device": str(device), "model": args.model or "host-bound random", **summary}
+    result = {"passages": len(texts), "device": str(device), "model": args.model or "host-bound random",
+              "vocabulary": vocabulary, **summary}
     return harness.publish(result, md, args.out)
 
 
