@@ -4,7 +4,9 @@ Every run writes NDJSON (no cluster in this environment) from the same first ``-
 single-process job is measured in the same run as the baseline, and every Ray output is checked to be
 the same documents (ids, texts, weights) with the same counts. Wall times are end to end (model loads
 and, for Ray, actor start-up included); the Ray cluster itself is started once, before the runs, and
-its start-up is reported apart.
+its start-up is reported apart. ``--calls 1,2`` compares blocks taken at once per actor
+(``RayOptions.calls_per_worker``) at each worker count; ``--repeat N`` runs every Ray setting N times in
+rotating order and reports medians.
 
     flock /tmp/lsr-heavy.lock nice -n 5 python benchmarks/ray_index.py --limit 2000 \\
         --md benchmarks/results/scale/ray.md --json runs/ray_bench/result.json
@@ -16,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +41,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--chunk-docs", type=int, default=128, help="records per block / checkpoint")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--calls", default=None,
+                    help="blocks per actor at once to compare, e.g. 1,2 [default: RayOptions' default]")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each Ray setting (rotating order; medians)")
     ap.add_argument("--work", default=str(ROOT / "runs" / "ray_bench"))
     ap.add_argument("--md", default=None)
     ap.add_argument("--json", default=None)
@@ -77,19 +83,21 @@ def main(argv: list[str] | None = None) -> dict:
         return {"engine": "single", "threads": threads, "wall_s": timed.best, "summary": summary,
                 "out": out, "steady_docs_per_s": summary["this_run"]["docs_per_s"]}
 
-    def on_ray(workers: int) -> dict:
-        out = work / f"ray_w{workers}"
+    def on_ray(workers: int, calls: int, repeat: int) -> dict:
+        out = work / f"ray_w{workers}_c{calls}_r{repeat}"
         stamps: list[float] = []
         t0 = time.perf_counter()
+        options = RayOptions(workers=workers, cpus_per_worker=1, calls_per_worker=calls)
         timed = time_call(lambda: run_ray_index_job(IndexJobConfig(index=str(out), threads=1, **common),
-                                                    RayOptions(workers=workers, cpus_per_worker=1), progress=False,
+                                                    options, progress=False,
                                                     on_block=lambda block: stamps.append(time.perf_counter())))
         summary, wall = timed.result, timed.best
         ledger = [json.loads(x) for x in (Path(summary["work_dir"]) / "ray_blocks.jsonl").read_text().splitlines()]
         # after start-up: from the first completed block to the last (the first block's documents excluded)
         steady = ((summary["indexed"] - ledger[0]["counters"]["indexed"]) / (stamps[-1] - stamps[0])
                   if len(stamps) > 1 else None)
-        return {"engine": "ray", "workers": workers, "threads": 1, "wall_s": wall, "summary": summary, "out": out,
+        return {"engine": "ray", "workers": workers, "calls": calls, "threads": 1, "wall_s": wall, "summary": summary,
+                "out": out,
                 "steady_docs_per_s": round(steady, 2) if steady else None,
                 "startup_s": round(stamps[0] - t0, 2) if stamps else None}
 
@@ -98,8 +106,12 @@ def main(argv: list[str] | None = None) -> dict:
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
     result["ray_init_s"] = round(stages.seconds["ray_init"], 2)
+    calls = [int(c) for c in args.calls.split(",")] if args.calls else [RayOptions().calls_per_worker]
+    settings = [(int(w), c) for w in args.workers.split(",") for c in calls]
     runs = [single(1)]
-    runs += [on_ray(int(w)) for w in args.workers.split(",")]
+    for repeat in range(args.repeat):  # each round starts one setting later, so load drifts hit all alike
+        k = repeat % len(settings)
+        runs += [on_ray(w, c, repeat) for w, c in settings[k:] + settings[:k]]
     runs.append(single(os.cpu_count() or 1))
     ray.shutdown()
 
@@ -116,10 +128,15 @@ def main(argv: list[str] | None = None) -> dict:
         run["wall_s"] = round(run["wall_s"], 2)
         run["out"] = str(run["out"])
         run["summary"] = {k: s[k] for k in (*COUNTS, "this_run")} | ({"blocks": s["blocks"]} if "blocks" in s else {})
-    ray_runs = {r["workers"]: r for r in runs if r["engine"] == "ray"}
-    if 1 in ray_runs and 2 in ray_runs:
-        result["ray_2_over_1"] = round(ray_runs[1]["wall_s"] / ray_runs[2]["wall_s"], 3)
     result["runs"] = runs
+    result["ray_settings"] = settings_rows = _medians([r for r in runs if r["engine"] == "ray"], base["wall_s"])
+    by = {(r["workers"], r["calls"]): r for r in settings_rows}
+    default = RayOptions().calls_per_worker
+    if (1, default) in by and (2, default) in by:
+        result["ray_2_over_1"] = round(by[(1, default)]["wall_s"] / by[(2, default)]["wall_s"], 3)
+    if len(calls) > 1:  # each setting against one block at a time, same worker count (ratio of median walls)
+        result["calls_over_1"] = {f"workers {w}, calls {c}": round(by[(w, 1)]["wall_s"] / by[(w, c)]["wall_s"], 3)
+                                  for w, c in settings if c != 1 and (w, 1) in by}
     if not args.no_tests:
         result["tests"] = _run_tests()
     result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -129,10 +146,33 @@ def main(argv: list[str] | None = None) -> dict:
         write_markdown(args.md, render(result), result["run"])
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1, default=str))
     for run in runs:
-        print(json.dumps({k: run[k] for k in ("engine", "workers", "threads", "wall_s", "docs_per_s", "steady_docs_per_s",
-                                              "vs_single_1_thread", "identical_documents", "same_counts")
+        print(json.dumps({k: run[k] for k in ("engine", "workers", "calls", "threads", "wall_s", "docs_per_s",
+                                              "steady_docs_per_s", "vs_single_1_thread", "identical_documents",
+                                              "same_counts")
                           if k in run}))
     return result
+
+
+def _medians(ray_runs: list[dict], single_wall: float) -> list[dict]:
+    """One row per (workers, calls) setting: median wall time, docs/s and steady docs/s over its repeats, every
+    run's docs/s, and whether every repeat wrote the baseline's documents and counts."""
+    groups: dict[tuple[int, int], list[dict]] = {}
+    for run in ray_runs:
+        groups.setdefault((run["workers"], run["calls"]), []).append(run)
+    rows = []
+    for (workers, calls), group in sorted(groups.items()):
+        wall = statistics.median(r["wall_s"] for r in group)
+        steady = [r["steady_docs_per_s"] for r in group if r["steady_docs_per_s"]]
+        rows.append({"workers": workers, "calls": calls, "repeats": len(group), "docs": group[0]["docs"],
+                     "wall_s": round(wall, 2), "docs_per_s": round(statistics.median(r["docs_per_s"] for r in group), 2),
+                     "docs_per_s_runs": [r["docs_per_s"] for r in group],
+                     "steady_docs_per_s": round(statistics.median(steady), 2) if steady else None,
+                     "startup_s": statistics.median(r["startup_s"] for r in group if r["startup_s"] is not None)
+                     if any(r["startup_s"] is not None for r in group) else None,
+                     "vs_single_1_thread": round(single_wall / wall, 3),
+                     "identical_documents": all(r["identical_documents"] for r in group),
+                     "same_counts": all(r["same_counts"] for r in group)})
+    return rows
 
 
 def _run_tests() -> dict:
@@ -152,10 +192,16 @@ def _run_tests() -> dict:
 
 def render(r: dict) -> str:
     """The results file (after the run line: date, commit, command, machine): one row per run."""
+    singles = [(f"single process, {run['threads']} torch thread(s)", run) for run in r["runs"]
+               if run["engine"] == "single"]
+    settings = []
+    for row in r["ray_settings"]:
+        what = f"`--engine ray --workers {row['workers']}` (1 CPU / 1 thread per actor, {row['calls']} block(s) at once)"
+        if row["repeats"] > 1:
+            what += f", median of {row['repeats']}: {' / '.join(str(x) for x in row['docs_per_s_runs'])} docs/s"
+        settings.append((what, row))
     rows = []
-    for run in r["runs"]:
-        what = (f"single process, {run['threads']} torch thread(s)" if run["engine"] == "single"
-                else f"`--engine ray --workers {run['workers']}` (1 CPU / 1 thread per actor)")
+    for what, run in [singles[0], *settings, *singles[1:]]:
         rows.append(f"| {what} | {run['docs']} | {run['wall_s']} | **{run['docs_per_s']}** | "
                     f"{run['vs_single_1_thread']} | {run.get('steady_docs_per_s')} | {run.get('startup_s', '-')} | "
                     f"{'yes' if run['identical_documents'] else 'NO'} | "
@@ -185,6 +231,9 @@ def render(r: dict) -> str:
     ]
     if "ray_2_over_1" in r:
         lines.append(f"**Ray, 2 workers over 1 worker: {r['ray_2_over_1']}x** (wall time ratio, same run).")
+        lines.append("")
+    for what, ratio in (r.get("calls_over_1") or {}).items():
+        lines.append(f"**Ray, {what} over one block at a time: {ratio}x** (ratio of median wall times, same run).")
         lines.append("")
     if "tests" in r:
         t = r["tests"]

@@ -65,6 +65,8 @@ class RayOptions(ArtifactConfig):
         cpus_per_worker: CPUs Ray reserves per actor; also its torch threads unless ``threads`` is set.
         read_cpus: CPUs Ray reserves per read task (reading is light; 0 keeps all cores for the actors).
         max_restarts: how often Ray restarts a dead actor and retries its task.
+        calls_per_worker: blocks one actor takes at once (Ray Data's ``max_concurrent_calls_per_actor``, each
+            call on a thread of its own): with 2, one block is built and written while the next is encoded.
     """
 
     FILENAME = "ray_job.json"
@@ -75,6 +77,7 @@ class RayOptions(ArtifactConfig):
     cpus_per_worker: float = 1.0
     read_cpus: float = 0.0
     max_restarts: int = 3
+    calls_per_worker: int = CALLS_PER_ACTOR
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -83,6 +86,8 @@ class RayOptions(ArtifactConfig):
             raise ValueError("num_gpus_per_worker, cpus_per_worker and read_cpus must be >= 0")
         if self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0")
+        if self.calls_per_worker < 1:
+            raise ValueError("calls_per_worker must be >= 1")
 
 
 def actor_encoder_kwargs(config: IndexJobConfig, options: RayOptions) -> dict[str, Any]:
@@ -330,7 +335,7 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
                 ds = ds.map_batches(
                     actor_class, batch_size=None, batch_format="numpy",
                     compute=ray.data.ActorPoolStrategy(size=options.workers, enable_true_multi_threading=True,
-                                                       max_concurrent_calls_per_actor=CALLS_PER_ACTOR),
+                                                       max_concurrent_calls_per_actor=options.calls_per_worker),
                     num_cpus=options.cpus_per_worker, num_gpus=options.num_gpus_per_worker or None,
                     max_restarts=options.max_restarts, max_task_retries=options.max_restarts,
                     fn_constructor_args=(str(config.model),),

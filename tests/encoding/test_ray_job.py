@@ -72,6 +72,12 @@ def _config(reference, tmp_path, backend: str, index: str, **kw) -> IndexJobConf
                           index=index, chunk_docs=8, batch_size=4, **kw)
 
 
+@pytest.mark.parametrize("bad", [{"workers": 0}, {"calls_per_worker": 0}, {"cpus_per_worker": -1}, {"max_restarts": -1}])
+def test_ray_options_refuse_impossible_values(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        RayOptions(**bad)
+
+
 def test_local_backend_single_writer_same_documents(reference, tmp_path, tiny_source_dir):
     from opensearch_lsr.local.index import LocalIndex
 
@@ -163,8 +169,9 @@ class _Stop(Exception):
 
 def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_process(reference, tmp_path,
                                                                                     tiny_source_dir):
-    """2 workers, stopped after 2 blocks; the re-run (CLI, --resume) skips them; the result is the
-    single-process job's: same documents (ids, texts, weights), counts, skipped report (file:line)."""
+    """2 workers taking one block at a time, stopped after 2 blocks; the re-run (CLI, --resume; two blocks at
+    once, the default) skips them; the result is the single-process job's: same documents (ids, texts, weights),
+    counts, skipped report (file:line)."""
     cfg = _config(reference, tmp_path, "ndjson", str(tmp_path / "out"), model=tiny_source_dir)
     done: list[int] = []
 
@@ -174,7 +181,7 @@ def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_pr
             raise _Stop()
 
     with pytest.raises(_Stop):
-        run_ray_index_job(cfg, RayOptions(workers=2), progress=False, on_block=stop_after_two)
+        run_ray_index_job(cfg, RayOptions(workers=2, calls_per_worker=1), progress=False, on_block=stop_after_two)
     ledger = [json.loads(line) for line in (tmp_path / "out.job" / LEDGER).read_text().splitlines()]
     assert sorted(e["block"] for e in ledger) == sorted(done)
     with pytest.raises(IndexJobError, match="--resume"):            # a ledger is not silently overwritten
