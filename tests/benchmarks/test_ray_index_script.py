@@ -17,7 +17,8 @@ def _harness_importable(monkeypatch):
 def _run(workers: int, calls: int, wall: float, identical: bool = True) -> dict:
     return {"engine": "ray", "workers": workers, "calls": calls, "threads": 1, "docs": 100, "wall_s": wall,
             "docs_per_s": round(100 / wall, 2), "steady_docs_per_s": round(120 / wall, 2), "startup_s": 2.0,
-            "vs_single_1_thread": round(10 / wall, 3), "identical_documents": identical, "same_counts": True}
+            "vs_single_1_thread": round(10 / wall, 3), "identical_documents": identical,
+            "max_abs_dw": 0.0 if identical else 7e-6, "same_counts": True}
 
 
 def test_medians_per_setting_and_every_repeat_must_match(load_script):
@@ -30,6 +31,19 @@ def test_medians_per_setting_and_every_repeat_must_match(load_script):
     assert one["wall_s"] == 11.0 and two["wall_s"] == 8.0 and one["docs_per_s"] == 9.09
     assert one["docs_per_s_runs"] == [10.0, 8.33, 9.09] and one["vs_single_1_thread"] == round(10 / 11, 3)
     assert one["identical_documents"] and not two["identical_documents"]  # one repeat differing is reported
+    assert one["max_abs_dw"] == 0.0 and two["max_abs_dw"] == 7e-6
+
+
+def test_documents_differing_only_in_the_last_bits_are_told_from_other_documents(load_script):
+    module = load_script("ray_index")
+    ref = {"a": {"text": "x", "sparse_embedding": {"k": 1.0, "m": 0.5}}}
+    assert module._weight_distance(ref, {"a": {"text": "x", "sparse_embedding": {"k": 1.000004, "m": 0.5}}}) == \
+        pytest.approx(4e-6)
+    assert module._weight_distance(ref, {"a": {"text": "x", "sparse_embedding": {"k": 1.0}}}) is None  # a key lost
+    assert module._weight_distance(ref, {"a": {"text": "y", "sparse_embedding": {"k": 1.0, "m": 0.5}}}) is None
+    assert module._weight_distance(ref, {}) is None
+    assert module._sameness({"identical_documents": False, "max_abs_dw": 7e-6}) == "yes, weights within 7.0e-06"
+    assert module._sameness({"identical_documents": False, "max_abs_dw": None}) == "NO"
 
 
 def test_table_has_a_row_per_setting_and_the_calls_ratio(load_script):
