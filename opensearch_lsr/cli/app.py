@@ -50,6 +50,23 @@ def refuse_cluster_options(backend: str, *, offline: tuple[str, ...] = ("local",
                  f"{backend}: add --backend opensearch (or elasticsearch)")
 
 
+#: ``lsr-os index``'s ``--engine ray`` options (the fields of :class:`opensearch_lsr.encoding.ray_job.RayOptions`)
+RAY_OPTIONS = ("workers", "address", "num_gpus_per_worker", "cpus_per_worker", "calls_per_worker")
+
+
+def ray_options(engine: str, values: dict[str, Any]) -> Any:
+    """With ``--engine ray``, the job's ``RayOptions`` from ``values`` (the parsed options by name); with another
+    engine ``None``, after refusing any Ray option typed on the command line (it would be ignored)."""
+    if engine != "ray":
+        given = typed_options(click.get_current_context(), RAY_OPTIONS)
+        if given:
+            fail(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} with --engine ray")
+        return None
+    from ..encoding.ray_job import RayOptions
+
+    return RayOptions(**{name: values[name] for name in RAY_OPTIONS})
+
+
 def compile_setting(scope: str | None, no_compile: bool) -> bool | str | None:
     """``--compile [SCOPE]`` / ``--no-compile`` as the encoder's ``compile`` takes it (``None``: its default)."""
     if scope and no_compile:

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from .app import CLUSTER_OPTIONS, cli, compile_setting, echo_json, fail, typed_options, user_errors
+from .app import CLUSTER_OPTIONS, cli, compile_setting, echo_json, fail, ray_options, typed_options, user_errors
 
 __all__ = ["extend_command", "es_client_from_options", "es_connection_from_options"]
 
@@ -181,10 +181,7 @@ def _index(kw: dict, es: dict) -> None:
     connection = es_connection_from_options(kw, es)
     factory = EsWriterFactory(connection, kw["index_name"], sparse_field=kw["sparse_field"])
     if not ray:
-        given = [f"--{n.replace('_', '-')}" for n, d in (("workers", 1), ("address", None),
-                 ("num_gpus_per_worker", 0.0), ("cpus_per_worker", 1.0)) if kw.get(n, d) != d]
-        if given:
-            fail(f"{', '.join(given)} only apply with --engine ray")
+        ray_options("single", kw)  # refuses Ray options typed without --engine ray
     with user_errors(first_line=True):
         writer = factory()  # a bad --url / credentials combination fails here, before any model is loaded
         from ..elasticsearch.client import detect_es_features
@@ -204,10 +201,9 @@ def _index(kw: dict, es: dict) -> None:
                                 encoder_process=bool(kw.get("encoder_process")))
         if ray:
             # each Ray actor builds its own client and writer from the picklable factory
-            from ..encoding.ray_job import RayOptions, run_ray_index_job
+            from ..encoding.ray_job import run_ray_index_job
 
-            options = RayOptions(workers=kw["workers"], address=kw["address"],
-                                 num_gpus_per_worker=kw["num_gpus_per_worker"], cpus_per_worker=kw["cpus_per_worker"])
+            options = ray_options("ray", kw)
             summary = run_ray_index_job(config, options, resume=kw["resume"], restart=kw["restart"],
                                         writer_factory=factory, progress=not kw["no_progress"])
         else:

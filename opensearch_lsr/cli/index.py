@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..engines import connection_options
-from .app import cli, compile_setting, echo_json, fail, refuse_cluster_options, user_errors
+from .app import cli, compile_setting, echo_json, fail, ray_options, refuse_cluster_options, user_errors
 
 __all__ = ["index_command"]
 
@@ -97,6 +97,9 @@ __all__ = ["index_command"]
               help="--engine ray: GPUs per encoder actor (0: encode on CPU).")
 @click.option("--cpus-per-worker", type=float, default=1.0, show_default=True,
               help="--engine ray: CPUs Ray reserves per actor (also its torch threads unless --threads).")
+@click.option("--calls-per-worker", type=int, default=2, show_default=True,
+              help="--engine ray: blocks an actor takes at once (with 2, one is built and written while the next "
+                   "is encoded).")
 @connection_options("opensearch")
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
@@ -104,7 +107,7 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                   no_compile, device, precision,
                   text_field, sparse_field, limit, threads,
                   no_progress, encoder_runtime, engine,
-                  workers, address, num_gpus_per_worker, cpus_per_worker, **conn):
+                  workers, address, num_gpus_per_worker, cpus_per_worker, calls_per_worker, **conn):
     """Encode a corpus with the model exactly as the exported OpenSearch model would, and bulk-load it.
 
     \b
@@ -166,18 +169,15 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                 fail("--encoder-process applies to --engine single (with ray, every actor is a process of its own)")
             if build_workers is not None:
                 fail("--build-workers applies to --engine single (with ray, every actor builds its own documents)")
-            from ..encoding.ray_job import RayOptions, run_ray_index_job
+            from ..encoding.ray_job import run_ray_index_job
 
-            options = RayOptions(workers=workers, address=address, num_gpus_per_worker=num_gpus_per_worker,
-                                 cpus_per_worker=cpus_per_worker)
+            options = ray_options(engine, {"workers": workers, "address": address, "calls_per_worker": calls_per_worker,
+                                           "num_gpus_per_worker": num_gpus_per_worker,
+                                           "cpus_per_worker": cpus_per_worker})
             summary = run_ray_index_job(config, options, resume=resume, restart=restart, client_factory=factory,
                                         progress=not no_progress)
         else:
-            given = [f"--{n.replace('_', '-')}" for n, v, d in (("workers", workers, 1), ("address", address, None),
-                     ("num_gpus_per_worker", num_gpus_per_worker, 0.0), ("cpus_per_worker", cpus_per_worker, 1.0))
-                     if v != d]
-            if given:
-                fail(f"{', '.join(given)} only apply with --engine ray")
+            ray_options(engine, {})  # refuses Ray options typed without --engine ray
             summary = run_index_job(config, resume=resume, restart=restart, client_factory=factory,
                                     progress=not no_progress)
     echo_json(summary)

@@ -144,7 +144,7 @@ def test_index_engine_ray_on_elasticsearch_hands_the_actors_a_picklable_writer_f
     assert client.count(index="docs")["count"] == 1
     assert es_double.violations == []
     refused = CliRunner().invoke(cli, args + ["--workers", "2"])          # Ray options without --engine ray
-    assert refused.exit_code != 0 and "--workers only apply with --engine ray" in refused.output
+    assert refused.exit_code != 0 and "--workers only applies with --engine ray" in refused.output
 
 def test_options_the_chosen_cluster_kind_would_drop_are_refused(es_bundle, tmp_path):
     """Nothing typed is dropped in silence: another route's options are one sentence, before any connection."""

@@ -169,8 +169,8 @@ class _Stop(Exception):
 
 def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_process(reference, tmp_path,
                                                                                     tiny_source_dir):
-    """2 workers taking one block at a time, stopped after 2 blocks; the re-run (CLI, --resume; two blocks at
-    once, the default) skips them; the result is the single-process job's: same documents (ids, texts, weights),
+    """2 workers taking one block at a time, stopped after 2 blocks; the re-run (CLI, --resume, three blocks at
+    once) skips them; the result is the single-process job's: same documents (ids, texts, weights),
     counts, skipped report (file:line)."""
     cfg = _config(reference, tmp_path, "ndjson", str(tmp_path / "out"), model=tiny_source_dir)
     done: list[int] = []
@@ -192,12 +192,15 @@ def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_pr
 
     args = ["index", "--corpus", str(reference["corpus"]), "--model", str(tiny_source_dir), "--backend", "ndjson",
             "--index", str(tmp_path / "out"), "--chunk-docs", "8", "--batch-size", "4", "--no-progress"]
-    refused = CliRunner().invoke(cli, [*args, "--workers", "2"])
-    assert refused.exit_code != 0 and "only apply with --engine ray" in refused.output
+    refused = CliRunner().invoke(cli, [*args, "--workers", "2", "--calls-per-worker", "1"])
+    assert refused.exit_code != 0 and "--workers, --calls-per-worker only apply with --engine ray" in refused.output
+    refused = CliRunner().invoke(cli, [*args, "--engine", "ray", "--calls-per-worker", "0", "--resume"])
+    assert refused.exit_code != 0 and "calls_per_worker must be >= 1" in refused.output
     refused = CliRunner().invoke(cli, [*args, "--engine", "ray", "--build-workers", "2", "--resume"])
     assert refused.exit_code != 0 and "--build-workers applies to --engine single" in refused.output
-    res = CliRunner().invoke(cli, [*args, "--engine", "ray", "--workers", "1", "--resume"])
+    res = CliRunner().invoke(cli, [*args, "--engine", "ray", "--workers", "1", "--calls-per-worker", "3", "--resume"])
     assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "out.job" / "ray_job.json").read_text())["calls_per_worker"] == 3
     again = json.loads(res.stdout)
     assert again["blocks"] == {"total": 6, "done_before": 2, "this_run": 4, "docs_per_block": 8}
     first_two = sum(e["counters"]["indexed"] for e in ledger)
