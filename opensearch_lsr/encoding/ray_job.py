@@ -421,7 +421,8 @@ def _summary(config: IndexJobConfig, options: RayOptions, work: Path, plan: Corp
                     **{k: v for k, v in actor_encoder_kwargs(config, options).items() if k != "max_length"},
                     "nonfinite_dropped": final.get("nonfinite_dropped", 0)},
         "ray": {"workers": options.workers, "address": options.address,
-                "num_gpus_per_worker": options.num_gpus_per_worker, "cpus_per_worker": options.cpus_per_worker},
+                "num_gpus_per_worker": options.num_gpus_per_worker, "cpus_per_worker": options.cpus_per_worker,
+                "calls_per_worker": options.calls_per_worker},
         "prune": config.prune, "key_format": config.key_format, "long_text": config.long_text,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),  # the driver's
         "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),

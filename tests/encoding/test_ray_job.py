@@ -202,6 +202,7 @@ def test_ndjson_stopped_and_rerun_same_documents_counts_and_reports_as_single_pr
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "out.job" / "ray_job.json").read_text())["calls_per_worker"] == 3
     again = json.loads(res.stdout)
+    assert again["ray"]["calls_per_worker"] == 3 and again["ray"]["workers"] == 1  # what this run got
     assert again["blocks"] == {"total": 6, "done_before": 2, "this_run": 4, "docs_per_block": 8}
     first_two = sum(e["counters"]["indexed"] for e in ledger)
     assert again["this_run"]["indexed"] == len(reference["valid"]) - first_two
