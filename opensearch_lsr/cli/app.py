@@ -10,15 +10,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from typing import Any, Iterator, NoReturn
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn
 
 import click
 
 from .. import __version__
 from ..errors import LsrError
 
+if TYPE_CHECKING:  # ray_job needs the 'ray' extra: imported when --engine ray runs
+    from ..encoding.ray_job import RayOptions
+
 __all__ = ["cli", "compile_setting", "echo_json", "fail", "user_errors", "error_message", "typed_options",
-           "refuse_cluster_options", "USER_ERRORS"]
+           "refuse_cluster_options", "ray_options", "RAY_OPTIONS", "USER_ERRORS"]
 
 #: What a command reports as one line instead of a traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (LsrError, ValueError, FileNotFoundError)
@@ -54,7 +57,7 @@ def refuse_cluster_options(backend: str, *, offline: tuple[str, ...] = ("local",
 RAY_OPTIONS = ("workers", "address", "num_gpus_per_worker", "cpus_per_worker", "calls_per_worker")
 
 
-def ray_options(engine: str, values: dict[str, Any]) -> Any:
+def ray_options(engine: str, values: dict[str, Any]) -> RayOptions | None:
     """With ``--engine ray``, the job's ``RayOptions`` from ``values`` (the parsed options by name); with another
     engine ``None``, after refusing any Ray option typed on the command line (it would be ignored)."""
     if engine != "ray":
