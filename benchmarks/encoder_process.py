@@ -6,8 +6,8 @@ sending texts and vectors between processes, the worker waiting for chunks, star
 a real model's own encoding hides all of it, so this benchmark encodes with a model small enough that the host
 sets the pace: one random layer of width 16 over a small WordPiece vocabulary trained on the corpus
 (:func:`opensearch_lsr.transfer.tokenizer_train.train_tokenizer` asked for 1,000 pieces; it keeps the corpus
-alphabet, about 3,000 in all), its decoder bias shifted so a document keeps about 150 ids, as a trained model's do. The settings alternate run by
-run over the same corpus; ``--baseline-tree DIR`` adds the ``--encoder-process`` job of another checkout (a
+alphabet, about 3,000 in all), its decoder bias shifted so a document keeps about 150 ids, as a trained model's
+do. The settings alternate run by run over the same corpus; ``--baseline-tree DIR`` adds the ``--encoder-process`` job of another checkout (a
 ``git worktree`` of an older commit, say), measured in the same run.
 
     python benchmarks/encoder_process.py [--limit N] [--repeat 3] [--baseline-tree DIR] [--out F.json]

@@ -166,7 +166,8 @@ def _medians(ray_runs: list[dict], single_wall: float) -> list[dict]:
         wall = statistics.median(r["wall_s"] for r in group)
         steady = [r["steady_docs_per_s"] for r in group if r["steady_docs_per_s"]]
         rows.append({"workers": workers, "calls": calls, "repeats": len(group), "docs": group[0]["docs"],
-                     "wall_s": round(wall, 2), "docs_per_s": round(statistics.median(r["docs_per_s"] for r in group), 2),
+                     "wall_s": round(wall, 2),
+                     "docs_per_s": round(statistics.median(r["docs_per_s"] for r in group), 2),
                      "docs_per_s_runs": [r["docs_per_s"] for r in group],
                      "steady_docs_per_s": round(statistics.median(steady), 2) if steady else None,
                      "startup_s": statistics.median(r["startup_s"] for r in group if r["startup_s"] is not None)
@@ -224,7 +225,8 @@ def render(r: dict) -> str:
                if run["engine"] == "single"]
     settings = []
     for row in r["ray_settings"]:
-        what = f"`--engine ray --workers {row['workers']}` (1 CPU / 1 thread per actor, {row['calls']} block(s) at once)"
+        what = (f"`--engine ray --workers {row['workers']}` (1 CPU / 1 thread per actor, "
+                f"{row['calls']} block(s) at once)")
         if row["repeats"] > 1:
             what += f", median of {row['repeats']}: {' / '.join(str(x) for x in row['docs_per_s_runs'])} docs/s"
         settings.append((what, row))

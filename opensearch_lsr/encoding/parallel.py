@@ -83,7 +83,8 @@ class _Synchronous:
 
     def submit(self, texts: Sequence[str]) -> Future:
         future: Future = Future()
-        future.tokens = ChunkTokens(np.asarray(count_tokens(self.encoder.tokenizer, texts), np.int64))  # type: ignore[attr-defined]
+        counts = np.asarray(count_tokens(self.encoder.tokenizer, texts), np.int64)
+        future.tokens = ChunkTokens(counts)  # type: ignore[attr-defined]
         future.set_result(self.encoder.encode(list(texts)))
         return future
 

@@ -28,7 +28,8 @@ from ..engines.base import BulkOutcome
 from .documents import DocumentBuilder, LongTextPolicy, doc_id_for, split_passages
 from .indexing import build_actions
 
-__all__ = ["encode_records", "BlockEncoder", "NdjsonBlockWriter", "dead_letter_entry", "RESULT_COLUMNS", "CALLS_PER_ACTOR"]
+__all__ = ["encode_records", "BlockEncoder", "NdjsonBlockWriter", "dead_letter_entry", "RESULT_COLUMNS",
+           "CALLS_PER_ACTOR"]
 
 #: Calls of one actor Ray Data runs at once by default: one block built and written while the next is encoded.
 CALLS_PER_ACTOR = 2
@@ -125,7 +126,8 @@ class BlockEncoder:
     """The ``map_batches`` callable class: one encoder per actor, one result row per block in a batch.
 
     Ray Data runs several calls of an actor at once (``RayOptions.calls_per_worker``, default
-    :data:`CALLS_PER_ACTOR`; ``ActorPoolStrategy(..., enable_true_multi_threading=True)``), so one block is built and written while the next is on the device.
+    :data:`CALLS_PER_ACTOR`; ``ActorPoolStrategy(..., enable_true_multi_threading=True)``), so one block is
+    built and written while the next is on the device.
     With packed batching the calls share one device pipeline (:class:`~.encode_pipeline.PipelinedEncoder`:
     a device thread, the next block tokenized while one is encoded); other encoders take one block at a time.
     Each calling thread has its own writer.
