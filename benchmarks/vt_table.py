@@ -48,7 +48,7 @@ from opensearch_lsr.evaluation.retrieval import sparsity_stats, top_k_run
 from opensearch_lsr.resources import shared_data_dir
 from opensearch_lsr.transfer.apc import calibrate_activation, probe_activations
 from opensearch_lsr.transfer.surgery import load_source_model, load_sparse_encoder, save_sparse_encoder
-from opensearch_lsr.corpus import iter_corpus_texts
+from opensearch_lsr.corpus import CorpusTexts, iter_corpus_texts
 from opensearch_lsr.transfer.tokenizer_train import train_tokenizer
 from opensearch_lsr.transfer.vt import VTConfig, vt_transfer
 
@@ -102,7 +102,7 @@ def own_tokenizer(out: Path, corpus: Path, vocab_size: int) -> Path:
     path = out / f"tok-own-wordpiece-{vocab_size}"
     if not (path / "tokenizer.json").exists():
         t0 = time.perf_counter()
-        train_tokenizer(iter_corpus_texts(corpus), vocab_size, path, kind="wordpiece")
+        train_tokenizer(CorpusTexts(corpus), vocab_size, path, kind="wordpiece")
         logging.info("trained own vocabulary in %.1fs", time.perf_counter() - t0)
     return path
 

@@ -10,9 +10,10 @@ import gzip
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["doc_text", "iter_corpus_texts"]
+__all__ = ["CorpusTexts", "doc_text", "iter_corpus_texts"]
 
 
 def doc_text(row: dict) -> str:
@@ -58,3 +59,14 @@ def iter_corpus_texts(path: str | os.PathLike) -> Iterator[str]:
             text = doc_text(row)
             if text:
                 yield text
+
+
+@dataclass(frozen=True)
+class CorpusTexts:
+    """A corpus file's texts, read again on every ``iter()`` (:func:`iter_corpus_texts`), for steps that take
+    more than one pass, such as tokenizer training, without holding the corpus in memory."""
+
+    path: str | os.PathLike
+
+    def __iter__(self) -> Iterator[str]:
+        return iter_corpus_texts(self.path)

@@ -286,10 +286,10 @@ def tokenizer() -> None:
 def tokenizer_train_cmd(corpus: str, vocab_size: int, out_dir: str, kind: str, min_frequency: int,
                         no_lowercase: bool) -> None:
     """Train a WordPiece/BPE tokenizer (NFKC + lowercase, keeps Hangul syllables) and save tokenizer.json."""
-    from ..corpus import iter_corpus_texts
+    from ..corpus import CorpusTexts
     from ..transfer.tokenizer_train import train_tokenizer
 
     with user_errors():
-        tok = train_tokenizer(iter_corpus_texts(corpus), vocab_size, out_dir, kind=kind,
+        tok = train_tokenizer(CorpusTexts(corpus), vocab_size, out_dir, kind=kind,
                               lowercase=not no_lowercase, min_frequency=min_frequency)
     echo_json({"out": out_dir, "kind": kind, "vocab_size": len(tok)})

@@ -18,12 +18,20 @@ wants). Accents on Latin letters are kept (``café`` stays ``café``).
 Every token keeps a single-id decode equal to its vocabulary string (``##`` continuations included):
 OpenSearch uses single-id decode as the sparse-vector key, so the decoder is a WordPiece decoder and
 the BPE variant uses the same ``##`` continuation marker.
+
+The same corpus gives the same vocabulary on every run. The ``tokenizers`` trainers (WordPiece trains
+with BPE) number each ``##`` continuation of a character in hash-map order, and those numbers break
+ties between merges of equal count, so two runs could keep different pieces
+(huggingface/tokenizers#1794; the fix, PR #2066, is not released). A first pass with no merges lists
+those continuations; the real pass gets them, sorted, as extra special tokens, so they are numbered
+before any merge; they are then returned to plain vocabulary entries.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -65,6 +73,39 @@ def _batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:
         yield batch
 
 
+def _train_pass(texts: Iterable[str], kind: TokenizerKind, lowercase: bool, min_frequency: int, vocab_size: int,
+                continuations: Sequence[str]) -> tuple[Tokenizer, int]:
+    """One trainer run over ``texts``: the tokenizer (``continuations`` numbered right after the BERT
+    specials, plain vocabulary entries again afterwards) and how many non-blank texts it read."""
+    if kind == "wordpiece":
+        model = models.WordPiece(unk_token="[UNK]", continuing_subword_prefix=CONTINUATION_PREFIX,
+                                 max_input_chars_per_word=100)
+        trainer_class = trainers.WordPieceTrainer
+    else:
+        model = models.BPE(unk_token="[UNK]", continuing_subword_prefix=CONTINUATION_PREFIX)
+        trainer_class = trainers.BpeTrainer
+    trainer = trainer_class(vocab_size=vocab_size, min_frequency=min_frequency,
+                            special_tokens=[*SPECIAL_TOKENS, *continuations],
+                            continuing_subword_prefix=CONTINUATION_PREFIX, show_progress=False)
+    tok = Tokenizer(model)
+    tok.normalizer = build_normalizer(lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    n_seen = 0
+
+    def counted() -> Iterator[list[str]]:
+        nonlocal n_seen
+        for batch in _batched(texts):
+            n_seen += len(batch)
+            yield batch
+
+    tok.train_from_iterator(counted(), trainer=trainer)
+    if continuations:
+        saved = json.loads(tok.to_str())
+        saved["added_tokens"] = [t for t in saved["added_tokens"] if t["content"] in SPECIAL_TOKENS]
+        tok = Tokenizer.from_str(json.dumps(saved))
+    return tok, n_seen
+
+
 def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int,
@@ -77,7 +118,9 @@ def train_tokenizer(
     """Train a WordPiece or BPE vocabulary on ``texts`` and save it as a fast tokenizer.
 
     Args:
-        texts: the corpus (one passage per item); empty items are skipped.
+        texts: the corpus (one passage per item); empty items are skipped. It is read twice (see the
+            module docstring): pass a list or another re-iterable (:class:`~opensearch_lsr.corpus.CorpusTexts`
+            for a file); a one-shot iterator is first read into a list.
         vocab_size: target vocabulary size, special tokens included (at least 100).
         out_dir: directory that receives ``tokenizer.json`` and ``tokenizer_config.json``.
         kind: ``"wordpiece"`` (BERT-style) or ``"bpe"`` (merges, with ``##`` continuations).
@@ -100,31 +143,13 @@ def train_tokenizer(
     if min_frequency < 1:
         raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
 
-    if kind == "wordpiece":
-        model = models.WordPiece(unk_token="[UNK]", continuing_subword_prefix=CONTINUATION_PREFIX,
-                                 max_input_chars_per_word=100)
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=list(SPECIAL_TOKENS),
-                                            continuing_subword_prefix=CONTINUATION_PREFIX, show_progress=False)
-    else:
-        model = models.BPE(unk_token="[UNK]", continuing_subword_prefix=CONTINUATION_PREFIX)
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                      special_tokens=list(SPECIAL_TOKENS),
-                                      continuing_subword_prefix=CONTINUATION_PREFIX, show_progress=False)
-    tok = Tokenizer(model)
-    tok.normalizer = build_normalizer(lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    n_seen = 0
-
-    def counted() -> Iterator[list[str]]:
-        nonlocal n_seen
-        for batch in _batched(texts):
-            n_seen += len(batch)
-            yield batch
-
-    tok.train_from_iterator(counted(), trainer=trainer)
-    if n_seen == 0:
+    if iter(texts) is texts:  # a one-shot iterator: training reads the corpus twice
+        texts = list(texts)
+    probe, n_texts = _train_pass(texts, kind, lowercase, min_frequency, len(SPECIAL_TOKENS), ())
+    if n_texts == 0:
         raise ValueError("the corpus is empty: no non-blank text to train a vocabulary on")
+    continuations = sorted(t for t in probe.get_vocab() if t.startswith(CONTINUATION_PREFIX))
+    tok, n_texts = _train_pass(texts, kind, lowercase, min_frequency, vocab_size, continuations)
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -132,7 +157,7 @@ def train_tokenizer(
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
     tok.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
-    logger.info("trained %s vocabulary of %d tokens on %d texts", kind, tok.get_vocab_size(), n_seen)
+    logger.info("trained %s vocabulary of %d tokens on %d texts", kind, tok.get_vocab_size(), n_texts)
     if tok.get_vocab_size() > vocab_size:
         # The trainers always keep the corpus alphabet (thousands of Hangul syllables, plus their
         # ``##`` forms): a size below that is exceeded rather than mapping syllables to [UNK].

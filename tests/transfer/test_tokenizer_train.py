@@ -1,7 +1,9 @@
-"""`train_tokenizer` / `lsr-os tokenizer train`: Hangul kept whole, decode == vocab string, bad input."""
+"""`train_tokenizer` / `lsr-os tokenizer train`: Hangul kept whole, decode == vocab string, the same vocabulary on
+every run, bad input."""
 from __future__ import annotations
 
 import json
+import random
 import unicodedata
 
 import pytest
@@ -9,7 +11,7 @@ from click.testing import CliRunner
 
 from opensearch_lsr.cli import cli
 from opensearch_lsr.transfer.surgery import load_target_tokenizer
-from opensearch_lsr.corpus import iter_corpus_texts
+from opensearch_lsr.corpus import CorpusTexts, iter_corpus_texts
 from opensearch_lsr.transfer.tokenizer_train import SPECIAL_TOKENS, train_tokenizer
 
 CORPUS = [
@@ -48,6 +50,43 @@ def test_trained_tokenizer_keeps_hangul_and_decodes_to_vocab_string(tmp_path, ki
     text = "".join(p.removeprefix("##") for p in reloaded.convert_ids_to_tokens(ids[1:-1]))
     assert text == "abccafé"
     assert tok.get_vocab() == vocab
+
+
+def _tie_heavy_corpus() -> list[str]:
+    """Words of 2-5 syllables drawn from 30: many pairs share a count, so ties decide the merges."""
+    rng = random.Random(7)
+    syllables = [chr(0xAC00 + 37 * i) for i in range(30)]
+    return [" ".join("".join(rng.choice(syllables) for _ in range(rng.randint(2, 5))) for _ in range(12))
+            for _ in range(300)]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_same_corpus_same_vocabulary(tmp_path, kind):
+    # tokenizers numbers the ## continuations in hash-map order and breaks merge ties by those numbers
+    # (huggingface/tokenizers#1794): before the continuations were numbered up front, each of these runs
+    # kept a different vocabulary
+    corpus = _tie_heavy_corpus()
+    runs = [(tmp_path / f"{kind}{i}" / "tokenizer.json") for i in range(3)]
+    for i, path in enumerate(runs):
+        texts = iter(corpus) if i == 2 else corpus  # a one-shot iterator gives the same as a list
+        train_tokenizer(texts, 400, path.parent, kind=kind, min_frequency=1)
+    assert runs[0].read_bytes() == runs[1].read_bytes() == runs[2].read_bytes()
+    saved = json.loads(runs[0].read_text(encoding="utf-8"))
+    # the continuations went back to plain vocabulary entries: only the BERT specials are added tokens
+    assert [t["content"] for t in saved["added_tokens"]] == list(SPECIAL_TOKENS)
+    vocab = saved["model"]["vocab"]
+    assert len(vocab) == 400 and sum(t.startswith("##") for t in vocab) > 30
+    tok = load_target_tokenizer(str(runs[0].parent))
+    continuation = next(t for t in vocab if t.startswith("##") and len(t) == 3)
+    # typed in a text, "##" is punctuation: an added token would have matched the text whole
+    assert tok.tokenize(continuation) == ["[UNK]", "[UNK]", continuation[2:]]
+
+
+def test_corpus_texts_reads_the_file_again(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "가나"}\n\n{"title": "제목", "text": "다라"}\n', encoding="utf-8")
+    texts = CorpusTexts(corpus)
+    assert list(texts) == list(texts) == ["가나", "제목 다라"]
 
 
 def test_normalizer_composes_decomposed_hangul(tmp_path):
