@@ -392,9 +392,18 @@ class IndexJob:
         t_setup = time.perf_counter()
         if own_encoder:
             self.encoder = self._open_encoder()
-            if hasattr(self.encoder, "warm_up"):  # CUDA's one-off costs before the clock, as benchmarks do
-                self.encoder.warm_up()
         self.setup_s = time.perf_counter() - t_setup
+        try:
+            if self.writer is None:  # before the warm-up (compiling, on CUDA): a bad --url or index fails at once
+                self.writer = make_writer(config, self.client_factory)
+            t_setup = time.perf_counter()
+            if own_encoder and hasattr(self.encoder, "warm_up"):  # CUDA's one-off costs before the clock
+                self.encoder.warm_up()
+            self.setup_s += time.perf_counter() - t_setup
+        except BaseException:
+            if own_encoder and hasattr(self.encoder, "close"):  # the encoder processes, where there are some
+                self.encoder.close()
+            raise
         encoder = self.encoder
         own_pool = encoder if own_encoder and hasattr(encoder, "submit") else None
         if getattr(encoder, "runner", None) is not None and not hasattr(encoder, "submit"):
@@ -408,8 +417,6 @@ class IndexJob:
             self.inflight = 2 * int(getattr(encoder, "num_workers", 1)) if hasattr(encoder, "submit") else 0
         self.builder = DocumentBuilder(encoder.keys if config.key_format == "word" else None, config.key_format,
                                        prune, config.text_field, config.sparse_field)
-        if self.writer is None:
-            self.writer = make_writer(config, self.client_factory)
         self.write_concurrency = write_concurrency(config, self.writer)
         self.doc_pool = None
         workers = config.build_workers if config.build_workers is not None else default_build_workers(
