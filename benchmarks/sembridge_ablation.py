@@ -8,10 +8,10 @@ untouched-source and BM25 references for the whole corpus come from sembridge_ta
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
-import sys
 
 from harness import load_dataset, set_threads, time_call
 
@@ -32,12 +32,25 @@ def subset(n_queries: int = 300, n_distractors: int = 1700, seed: int = 0) -> Be
     return BeirDataset(ds.name, ds.split, {d: ds.corpus[d] for d in keep}, ds.queries, ds.qrels)
 
 
+def _overrides(spec: str) -> dict:
+    try:
+        kw = json.loads(spec)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not JSON ({err.msg}): {spec!r}") from err
+    if not isinstance(kw, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of SemBridgeConfig fields, got {spec!r}")
+    return kw
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("settings", nargs="+", type=_overrides, metavar="JSON",
+                        help='SemBridgeConfig overrides, one row each, e.g. \'{"alpha": 4}\' (\'{}\': the defaults)')
+    args = parser.parse_args()
     set_threads(int(os.environ.get("LSR_THREADS", "2")))
     sub = subset()
     tok = str(shared_data_dir() / "kobigbird-bert-base-tokenizer")
-    for spec in sys.argv[1:]:
-        kw = json.loads(spec)
+    for kw in args.settings:
         name = "_".join(f"{k}{v}" for k, v in kw.items()) or "defaults"
         out = sembridge_transfer(SemBridgeConfig(source="splade-tiny", target_tokenizer=tok,
                                                  out=f"runs/ablation/{name}", **kw))
