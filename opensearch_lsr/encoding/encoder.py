@@ -200,7 +200,10 @@ class SparseDocumentEncoder:
             path = str(inference_free_parts(path)[0])
         self.model_path = path
         self.tokenizer = load_target_tokenizer(path, what="model tokenizer")
-        self.model = AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager").eval().to(self.device)
+        try:
+            self.model = AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager").eval().to(self.device)
+        except OSError as err:  # missing / unreadable weights: one sentence for the user, not a traceback
+            raise ValueError(f"model {str(model)!r} has no loadable masked-LM weights: {err}") from err
         pooling = _pooling_config(Path(path)) if os.path.isdir(path) else {}
         if pooling.get("pooling_strategy", "max") != "max":
             raise ValueError(f"{model}: SpladePooling pooling_strategy {pooling['pooling_strategy']!r} "

@@ -37,10 +37,15 @@ from typing import Any
 import numpy as np
 
 from ..contract import MAX_LENGTH, decode_keys
+from ..errors import LsrError
 from .encoder import EncoderStats, SparseVector, count_tokens
 from .sparse_vector import flat_vectors, split_vectors
 
-__all__ = ["resolve_devices", "DevicePool", "ChunkTokens", "serve"]
+__all__ = ["resolve_devices", "DevicePool", "ChunkTokens", "EncoderProcessError", "serve"]
+
+
+class EncoderProcessError(LsrError, RuntimeError):
+    """An encoder process could not start (the model did not load, a bad setting): the CLI prints one line."""
 
 
 def resolve_devices(device: str | None) -> list[str]:
@@ -322,14 +327,16 @@ class DevicePool:
         The index job calls it before its clock starts, as it does for an in-process encoder.
 
         Raises:
-            RuntimeError: a worker failed to start (its error is the cause).
+            EncoderProcessError: a worker failed to start (its error is the cause, its first line in the message).
         """
         t0 = time.perf_counter()
         with self._changed:
             self._changed.wait_for(lambda: all(w.ready or w.ended for w in self._workers))
             failed = [w for w in self._workers if w.ended and not w.ready]
         if failed:
-            raise RuntimeError(f"the encoder process on {failed[0].device} failed to start") from failed[0].error
+            cause = failed[0].error
+            reason = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else "no reason given"
+            raise EncoderProcessError(f"the encoder process on {failed[0].device} failed to start: {reason}") from cause
         return time.perf_counter() - t0
 
     def encode(self, texts: Sequence[str]) -> list[SparseVector]:

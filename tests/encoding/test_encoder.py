@@ -96,3 +96,25 @@ def test_bad_options(tiny_source_dir):
         SparseDocumentEncoder(tiny_source_dir, max_length=1024)
     with pytest.raises(ValueError, match="fp16"):
         SparseDocumentEncoder(tiny_source_dir, device="cpu", precision="fp16")
+
+
+def test_a_model_without_weights_is_one_sentence(tiny_source_dir, tmp_path):
+    """transformers' OSError for missing weights becomes a ValueError, which the CLI prints as one ``Error:`` line."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from opensearch_lsr.cli import cli
+
+    broken = tmp_path / "no-weights"
+    shutil.copytree(tiny_source_dir, broken)
+    for weights in [*broken.glob("*.safetensors"), *broken.glob("*.bin")]:
+        weights.unlink()
+    with pytest.raises(ValueError, match="no loadable masked-LM weights") as err:
+        SparseDocumentEncoder(broken, device="cpu")
+    assert isinstance(err.value.__cause__, OSError)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "1", "text": "house cat"}\n')
+    res = CliRunner().invoke(cli, ["index", "--model", str(broken), "--corpus", str(corpus), "--backend", "ndjson",
+                                   "--index", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w")])
+    assert res.exit_code != 0 and "no loadable masked-LM weights" in res.output and "Traceback" not in res.output

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from opensearch_lsr.encoding.parallel import DevicePool, resolve_devices
+from opensearch_lsr.errors import LsrError
 
 
 def test_resolve_devices_lists_and_cpu_fallback(monkeypatch):
@@ -175,6 +176,7 @@ def test_a_pool_reports_a_worker_that_cannot_start_or_that_dies(tiny_source_dir)
         with pytest.raises(RuntimeError, match="failed to start") as failed:
             pool.warm_up()
         assert "fp4" in str(failed.value.__cause__)
+        assert "fp4" in str(failed.value) and isinstance(failed.value, LsrError)  # the CLI prints it as one line
         with pytest.raises(RuntimeError, match="ended"):
             pool.submit(["house cat"])
 
