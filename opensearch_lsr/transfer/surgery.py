@@ -258,14 +258,14 @@ def load_sparse_encoder(name_or_path: str, device: str | None = None):
     from sentence_transformers.sparse_encoder.modules import SpladePooling, Transformer
 
     path = resolve_model_path(name_or_path)
-    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "modules.json")):
-        transformer = Transformer(path, transformer_task="fill-mask", max_seq_length=512)
-        vocab = transformer.auto_model.config.vocab_size
-        pooling = SpladePooling(pooling_strategy="max", activation_function="relu", embedding_dimension=vocab)
-        return SparseEncoder(modules=[transformer, pooling], device=device or "cpu")
     try:
+        if os.path.isdir(path) and not os.path.exists(os.path.join(path, "modules.json")):
+            transformer = Transformer(path, transformer_task="fill-mask", max_seq_length=512)
+            vocab = transformer.auto_model.config.vocab_size
+            pooling = SpladePooling(pooling_strategy="max", activation_function="relu", embedding_dimension=vocab)
+            return SparseEncoder(modules=[transformer, pooling], device=device or "cpu")
         return SparseEncoder(path, device=device or "cpu", trust_remote_code=_own_module_classes(path))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - missing weights, a bad config, no hub: one sentence
         raise TransferInputError(_not_found_message("sparse encoder", name_or_path, err)) from err
 
 

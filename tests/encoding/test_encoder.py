@@ -118,3 +118,10 @@ def test_a_model_without_weights_is_one_sentence(tiny_source_dir, tmp_path):
     res = CliRunner().invoke(cli, ["index", "--model", str(broken), "--corpus", str(corpus), "--backend", "ndjson",
                                    "--index", str(tmp_path / "out"), "--work-dir", str(tmp_path / "w")])
     assert res.exit_code != 0 and "no loadable masked-LM weights" in res.output and "Traceback" not in res.output
+    from opensearch_lsr.transfer.surgery import TransferInputError, load_sparse_encoder
+
+    with pytest.raises(TransferInputError, match="could not be loaded"):  # search's and export's loader
+        load_sparse_encoder(str(broken))
+    (broken / "modules.json").unlink(missing_ok=True)  # a bare masked-LM directory takes the other branch
+    with pytest.raises(TransferInputError, match="could not be loaded"):
+        load_sparse_encoder(str(broken))
