@@ -29,6 +29,7 @@ import functools
 import json
 import logging
 import os
+import re
 import resource
 import time
 import warnings
@@ -46,7 +47,7 @@ from .readers import BadRecord, read_corpus
 from .ray_source import CorpusBlocksDatasource, PlanBlock
 from .ray_workers import CALLS_PER_ACTOR, RESULT_COLUMNS, BlockEncoder, NdjsonBlockWriter, dead_letter_entry
 
-__all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "actor_encoder_kwargs", "run_ray_index_job",
+__all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "actor_encoder_kwargs", "run_ray_index_job", "ray_failure_reason",
            "LEDGER"]
 
 logger = logging.getLogger(__name__)
@@ -251,6 +252,26 @@ def _worker_sink(config: IndexJobConfig, writer_factory, client_factory):
     return functools.partial(make_writer, config, client_factory), None
 
 
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b[^:]*: ")
+
+
+def ray_failure_reason(err: BaseException) -> str:
+    """One line for a failed Ray job: the exception that stopped a worker (the last ``Name: message`` line of the
+    remote traceback Ray carries in its errors' text, colour codes removed), else the error's first line."""
+    link: BaseException | None = err
+    for _ in range(8):
+        if link is None:
+            break
+        text = _COLOUR.sub("", getattr(link, "error_msg", None) or str(link))
+        raised = [line for line in text.splitlines() if _EXCEPTION_LINE.match(line)]
+        if raised:
+            return raised[-1]
+        link = link.__cause__ or link.__context__
+    first = _COLOUR.sub("", str(err)).strip().splitlines()
+    return first[0] if first else type(err).__name__
+
+
 def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bool = False, restart: bool = False,
                       writer_factory: Callable[[], Any] | None = None, client_factory: Callable[[], Any] | None = None,
                       progress: bool = True, actor_class: type = BlockEncoder,
@@ -381,7 +402,7 @@ def run_ray_index_job(config: IndexJobConfig, options: RayOptions, *, resume: bo
             factory().close()
     except Exception as err:
         if type(err).__module__.startswith("ray") and not isinstance(err, IndexJobError):
-            raise IndexJobError(f"the Ray job failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}; "
+            raise IndexJobError(f"the Ray job failed: {ray_failure_reason(err)}; "
                                 "completed blocks are in the ledger: --resume continues") from err
         raise
     finally:

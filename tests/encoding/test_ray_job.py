@@ -78,6 +78,22 @@ def test_ray_options_refuse_impossible_values(bad):
         RayOptions(**bad)
 
 
+def test_a_failed_ray_job_names_the_exception_that_stopped_the_worker():
+    """Ray's errors carry the worker's traceback as text, coloured: the job's one line gives its last exception."""
+    from opensearch_lsr.encoding.ray_job import ray_failure_reason
+
+    class ActorDied(Exception):
+        error_msg = ("The actor died because of an error raised in its creation task, \x1b[36mray::MapWorker("
+                     "MapBatches(BlockEncoder)).__init__()\x1b[39m (pid=1)\n  File \"x.py\", line 3, in f\n"
+                     "    raise ValueError(f'model {m!r} has no loadable masked-LM weights: {err}') from err\n"
+                     "ValueError: model 'm' has no loadable masked-LM weights: no model.safetensors")
+
+    wrapped = RuntimeError("SystemException")
+    wrapped.__cause__ = ActorDied("The actor died because of an error raised in its creation task")
+    assert ray_failure_reason(wrapped) == "ValueError: model 'm' has no loadable masked-LM weights: no model.safetensors"
+    assert ray_failure_reason(RuntimeError("\x1b[31mobject store full\x1b[0m\nmore")) == "object store full"
+
+
 def test_local_backend_single_writer_same_documents(reference, tmp_path, tiny_source_dir):
     from opensearch_lsr.local.index import LocalIndex
 
