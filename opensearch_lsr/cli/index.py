@@ -129,8 +129,10 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
     \b
     Resuming: <work-dir>/checkpoint.json is written after each acknowledged chunk; _ids are
     deterministic, so after any interruption (kill -9 included) --resume neither loses nor
-    duplicates a document. Prints a JSON summary (indexed, skipped by reason, dead-lettered,
-    throughput, peak memory), also saved as <work-dir>/summary.json.
+    duplicates a document. A resumed run keeps what decides the documents (model, key format, prune,
+    long-text policy, fields, corpus format) and is refused otherwise; speed settings may change.
+    Prints a JSON summary (indexed, skipped by reason, dead-lettered, throughput, peak memory),
+    also saved as <work-dir>/summary.json.
     \b
     --engine ray: Ray Data reads the corpus in blocks of --chunk-docs records, --workers actors
     (one model load each; --num-gpus-per-worker GPUs) encode and write from the workers (the local

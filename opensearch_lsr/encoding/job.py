@@ -34,7 +34,7 @@ from .document_workers import NdjsonDocumentPool, default_build_workers
 from .documents import DocumentBuilder, doc_id_for, split_passages
 from .indexing import build_actions
 from .job_config import (DEFAULT_BULK_CONCURRENCY, MAX_BULK_CONCURRENCY, Backend, IndexJobConfig, IndexJobError,
-                         default_work_dir, make_writer, write_concurrency)
+                         check_resumable, default_work_dir, make_writer, write_concurrency)
 from .job_state import (CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, Checkpoint, ReportFile, SeenIds,
                         warn_nonfinite)
 from .packed_runner import device_thread_report
@@ -104,6 +104,7 @@ class IndexJob:
                 if checkpoint.corpus != str(config.corpus) or checkpoint.index != str(config.index):
                     raise IndexJobError(f"the checkpoint in {work} is for another corpus/index "
                                         f"({checkpoint.corpus} -> {checkpoint.index})")
+                check_resumable(work, config)
                 if checkpoint.done:
                     logger.info("checkpoint says the job is complete; nothing to resume")
             else:

@@ -3,6 +3,8 @@ its work dir, the backend's document writer, how many chunks go to a cluster at 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -11,11 +13,12 @@ from ..config import ArtifactConfig
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD, MAX_LENGTH, KeyFormat, check_key_format
 from ..errors import LsrError
 from ..pruning import parse_prune
+from ..resources import SPLADE_TINY, splade_tiny_path
 from .documents import LongTextPolicy
 from .onnx_backend import EncoderRuntime
 
 __all__ = ["Backend", "IndexJobConfig", "IndexJobError", "default_work_dir", "make_writer", "write_concurrency",
-           "DEFAULT_BULK_CONCURRENCY", "MAX_BULK_CONCURRENCY"]
+           "check_resumable", "DOCUMENT_SETTINGS", "DEFAULT_BULK_CONCURRENCY", "MAX_BULK_CONCURRENCY"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +109,38 @@ class IndexJobConfig(ArtifactConfig):
             if self.bulk_concurrency > 1 and self.backend in ("local", "ndjson"):
                 raise ValueError(f"bulk_concurrency applies to cluster backends (opensearch, elasticsearch); the "
                                  f"{self.backend} backend writes one chunk at a time")
+
+
+#: What decides the documents a job writes (their ids, text and vectors): a resumed job must keep all of it, or its
+#: index would hold two kinds of documents. Speed settings (device, precision, batching, workers) may change.
+DOCUMENT_SETTINGS: tuple[str, ...] = ("model", "corpus_format", "id_field", "corpus_text_field", "corpus_title_field",
+                                      "invalid_utf8", "key_format", "prune", "long_text", "max_length", "text_field",
+                                      "sparse_field")
+
+
+def _same(key: str, saved, now) -> bool:
+    if key == "model" and saved != now:  # one directory named two ways (the splade-tiny alias, a relative path)
+        saved, now = (str(splade_tiny_path()) if m == SPLADE_TINY else m for m in (saved, now))
+        if os.path.exists(saved) and os.path.exists(now):
+            return os.path.realpath(saved) == os.path.realpath(now)
+    return saved == now
+
+
+def check_resumable(work: Path, config: IndexJobConfig, keys: Iterable[str] = DOCUMENT_SETTINGS) -> None:
+    """Refuse to resume the job in ``work`` with other ``keys`` than it saved (``index_job.json``; a work dir
+    without one is not checked).
+
+    Raises:
+        IndexJobError: the first setting that differs, with its saved and its new value.
+    """
+    if not (work / IndexJobConfig.FILENAME).exists():
+        return
+    saved = IndexJobConfig.load(work)
+    for key in keys:
+        if not _same(key, getattr(saved, key), getattr(config, key)):
+            raise IndexJobError(f"the job in {work} was run with {key} {getattr(saved, key)!r}, now "
+                                f"{getattr(config, key)!r}: resuming would mix documents of both; keep the setting, "
+                                "or use --restart or another --work-dir")
 
 
 def default_work_dir(config: IndexJobConfig) -> Path:

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..config import ArtifactConfig, write_json
 from .documents import doc_id_for
-from .job_config import IndexJobConfig, IndexJobError, default_work_dir, make_writer
+from .job_config import IndexJobConfig, IndexJobError, check_resumable, default_work_dir, make_writer
 from .job_state import CHECKPOINT, DEAD_LETTER, SEEN_DB, SKIPPED, SUMMARY, ReportFile, SeenIds, warn_nonfinite
 from .readers import BadRecord, read_corpus
 from .ray_source import CorpusBlocksDatasource, PlanBlock
@@ -218,10 +218,11 @@ def _prepare_work(config: IndexJobConfig, options: RayOptions, work: Path, resum
             raise IndexJobError(f"{work} holds a ledger from an earlier run: pass --resume to continue it or "
                                 "--restart to start over")
         saved = IndexJobConfig.load(work)
-        for key in ("corpus", "index", "chunk_docs", "limit", "corpus_format", "id_field", "invalid_utf8"):
+        for key in ("corpus", "index", "chunk_docs", "limit"):  # the block plan
             if getattr(saved, key) != getattr(config, key):
                 raise IndexJobError(f"the ledger in {work} is for another job ({key} was {getattr(saved, key)!r}, "
                                     f"now {getattr(config, key)!r}): use --restart or another --work-dir")
+        check_resumable(work, config)
     config.save(work)
     options.save(work)
 

@@ -100,6 +100,27 @@ def test_ndjson_resume_truncates_and_never_duplicates(tmp_path, tiny_source_dir,
     assert summary["skipped"] == {"duplicate_id": 1, "empty_text": 1, "malformed": 1}
 
 
+def test_resuming_with_other_document_settings_is_refused(tmp_path, tiny_source_dir, tiny_encoder):
+    """A resumed job keeps what decides its documents (model, key format, prune, fields...); speed settings may
+    change. Otherwise the index would hold documents of two models or two key formats."""
+    import dataclasses
+
+    from opensearch_lsr.encoding.job import IndexJobError
+
+    corpus, _ = _corpus(tmp_path / "c.jsonl", 20)
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(tmp_path / "o"),
+                         chunk_docs=4, limit=8)
+    first = run_index_job(cfg, encoder=tiny_encoder, progress=False)
+    other_model = tmp_path / "other-model"
+    other_model.mkdir()
+    for changed, match in [({"model": str(other_model)}, "model"), ({"key_format": "token_id"}, "key_format"),
+                           ({"prune": "top_k:5"}, "prune"), ({"sparse_field": "vec"}, "sparse_field")]:
+        with pytest.raises(IndexJobError, match=f"was run with {match} .*--restart"):
+            run_index_job(dataclasses.replace(cfg, **changed), encoder=tiny_encoder, resume=True, progress=False)
+    same = dataclasses.replace(cfg, model=str(tiny_source_dir) + "/", batch_size=3, precision="fp32")  # same dir
+    assert run_index_job(same, encoder=tiny_encoder, resume=True, progress=False)["indexed"] == first["indexed"] > 0
+
+
 def test_split_policy_nested_documents(tmp_path, splade_tiny_dir):
     enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batch_size=4)
     long = " ".join(f"seoul{i} korea" for i in range(400))

@@ -94,6 +94,23 @@ def test_a_failed_ray_job_names_the_exception_that_stopped_the_worker():
     assert ray_failure_reason(RuntimeError("\x1b[31mobject store full\x1b[0m\nmore")) == "object store full"
 
 
+def test_a_ray_ledger_is_resumed_only_with_the_same_document_settings(tmp_path):
+    import dataclasses
+
+    from opensearch_lsr.encoding.ray_job import _prepare_work
+
+    work = tmp_path / "w"
+    work.mkdir()
+    cfg = IndexJobConfig(corpus="c.jsonl", model="m", backend="ndjson", index=str(tmp_path / "out"))
+    cfg.save(work)
+    (work / LEDGER).write_text("")
+    with pytest.raises(IndexJobError, match="was run with key_format 'word', now 'token_id'"):
+        _prepare_work(dataclasses.replace(cfg, key_format="token_id"), RayOptions(), work, resume=True, restart=False)
+    with pytest.raises(IndexJobError, match="another job .chunk_docs"):  # the block plan
+        _prepare_work(dataclasses.replace(cfg, chunk_docs=7), RayOptions(), work, resume=True, restart=False)
+    _prepare_work(dataclasses.replace(cfg, precision="bf16"), RayOptions(workers=3), work, resume=True, restart=False)
+
+
 def test_local_backend_single_writer_same_documents(reference, tmp_path, tiny_source_dir):
     from opensearch_lsr.local.index import LocalIndex
 
