@@ -78,7 +78,8 @@ __all__ = ["index_command"]
                    "openvino it compiles the body at bf16 too (the fastest encoder on CPUs with AVX512-BF16/AMX).")
 @click.option("--text-field", default="text", show_default=True, help="Text field of the indexed documents.")
 @click.option("--sparse-field", default="sparse_embedding", show_default=True, help="Sparse field of the documents.")
-@click.option("--limit", type=int, default=None, help="Stop after this many corpus lines/rows.")
+@click.option("--limit", type=int, default=None,
+              help="Stop after this many corpus lines/rows (--resume with a larger one, or none, reads on).")
 @click.option("--threads", type=int, default=None, help="CPU threads for torch.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--encoder-runtime", type=click.Choice(["torch", "onnx", "onnx-int8", "openvino"]), default="torch",

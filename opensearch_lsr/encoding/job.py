@@ -105,7 +105,9 @@ class IndexJob:
                     raise IndexJobError(f"the checkpoint in {work} is for another corpus/index "
                                         f"({checkpoint.corpus} -> {checkpoint.index})")
                 check_resumable(work, config)
-                if checkpoint.done:
+                if checkpoint.done and _limit_raised(work, config):  # it stopped at --limit: read on
+                    checkpoint = replace(checkpoint, done=False)
+                elif checkpoint.done:
                     logger.info("checkpoint says the job is complete; nothing to resume")
             else:
                 raise IndexJobError(f"{work} holds a checkpoint from an earlier run: pass --resume to continue "
@@ -513,6 +515,14 @@ class IndexJob:
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),
         }
+
+
+def _limit_raised(work: Path, config: IndexJobConfig) -> bool:
+    """Whether the finished job in ``work`` stopped at a ``--limit`` that this run raises (or drops)."""
+    if not (work / IndexJobConfig.FILENAME).exists():
+        return False
+    before = IndexJobConfig.load(work).limit
+    return before is not None and (config.limit is None or config.limit > before)
 
 
 def run_index_job(config: IndexJobConfig, *, resume: bool = False, restart: bool = False, writer=None,

@@ -121,6 +121,24 @@ def test_resuming_with_other_document_settings_is_refused(tmp_path, tiny_source_
     assert run_index_job(same, encoder=tiny_encoder, resume=True, progress=False)["indexed"] == first["indexed"] > 0
 
 
+def test_a_run_stopped_by_limit_goes_on_when_resumed_with_a_larger_one(tmp_path, tiny_source_dir, tiny_encoder):
+    """--limit 8, then --resume --limit 14, then --resume without one: every document once, as one run writes."""
+    import dataclasses
+
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 20)
+    out = tmp_path / "o"
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(out),
+                         chunk_docs=4, limit=8)
+    counts = [run_index_job(cfg, encoder=tiny_encoder, progress=False)["indexed"]]
+    for limit in (14, None, None):  # the last run finds the job complete: nothing more to read
+        summary = run_index_job(dataclasses.replace(cfg, limit=limit), encoder=tiny_encoder, resume=True,
+                                progress=False)
+        counts.append(summary["indexed"])
+    assert counts[0] < counts[1] < counts[2] == counts[3] == len(valid) and summary["this_run"]["indexed"] == 0
+    lines = "".join(f.read_text() for f in sorted(out.glob("bulk-*.ndjson"))).splitlines()
+    assert sorted(json.loads(m)["index"]["_id"] for m in lines[::2]) == sorted(valid)  # none twice, none lost
+
+
 def test_split_policy_nested_documents(tmp_path, splade_tiny_dir):
     enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batch_size=4)
     long = " ".join(f"seoul{i} korea" for i in range(400))
