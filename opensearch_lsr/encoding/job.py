@@ -104,8 +104,8 @@ class IndexJob:
                 if checkpoint.corpus != str(config.corpus) or checkpoint.index != str(config.index):
                     raise IndexJobError(f"the checkpoint in {work} is for another corpus/index "
                                         f"({checkpoint.corpus} -> {checkpoint.index})")
-                check_resumable(work, config)
-                if checkpoint.done and _limit_raised(work, config):  # it stopped at --limit: read on
+                saved = check_resumable(work, config)
+                if checkpoint.done and saved is not None and _limit_raised(saved.limit, config.limit):  # read on
                     checkpoint = replace(checkpoint, done=False)
                 elif checkpoint.done:
                     logger.info("checkpoint says the job is complete; nothing to resume")
@@ -517,12 +517,9 @@ class IndexJob:
         }
 
 
-def _limit_raised(work: Path, config: IndexJobConfig) -> bool:
-    """Whether the finished job in ``work`` stopped at a ``--limit`` that this run raises (or drops)."""
-    if not (work / IndexJobConfig.FILENAME).exists():
-        return False
-    before = IndexJobConfig.load(work).limit
-    return before is not None and (config.limit is None or config.limit > before)
+def _limit_raised(before: int | None, now: int | None) -> bool:
+    """Whether a finished run stopped at a ``--limit`` (``before``) that this run raises or drops: it reads on."""
+    return before is not None and (now is None or now > before)
 
 
 def run_index_job(config: IndexJobConfig, *, resume: bool = False, restart: bool = False, writer=None,

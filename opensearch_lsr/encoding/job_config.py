@@ -126,21 +126,23 @@ def _same(key: str, saved, now) -> bool:
     return saved == now
 
 
-def check_resumable(work: Path, config: IndexJobConfig, keys: Iterable[str] = DOCUMENT_SETTINGS) -> None:
+def check_resumable(work: Path, config: IndexJobConfig,
+                    keys: Iterable[str] = DOCUMENT_SETTINGS) -> IndexJobConfig | None:
     """Refuse to resume the job in ``work`` with other ``keys`` than it saved (``index_job.json``; a work dir
-    without one is not checked).
+    without one is not checked); returns the saved config (``None`` without one).
 
     Raises:
         IndexJobError: the first setting that differs, with its saved and its new value.
     """
     if not (work / IndexJobConfig.FILENAME).exists():
-        return
+        return None
     saved = IndexJobConfig.load(work)
     for key in keys:
         if not _same(key, getattr(saved, key), getattr(config, key)):
             raise IndexJobError(f"the job in {work} was run with {key} {getattr(saved, key)!r}, now "
                                 f"{getattr(config, key)!r}: resuming would mix documents of both; keep the setting, "
                                 "or use --restart or another --work-dir")
+    return saved
 
 
 def default_work_dir(config: IndexJobConfig) -> Path:

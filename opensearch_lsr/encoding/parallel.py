@@ -335,7 +335,8 @@ class DevicePool:
             failed = [w for w in self._workers if w.ended and not w.ready]
         if failed:
             cause = failed[0].error
-            reason = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else "no reason given"
+            lines = str(cause).strip().splitlines() if cause is not None else []
+            reason = lines[0] if lines else "no reason given"
             raise EncoderProcessError(f"the encoder process on {failed[0].device} failed to start: {reason}") from cause
         return time.perf_counter() - t0
 

@@ -47,8 +47,8 @@ from .readers import BadRecord, read_corpus
 from .ray_source import CorpusBlocksDatasource, PlanBlock
 from .ray_workers import CALLS_PER_ACTOR, RESULT_COLUMNS, BlockEncoder, NdjsonBlockWriter, dead_letter_entry
 
-__all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "actor_encoder_kwargs", "run_ray_index_job", "ray_failure_reason",
-           "LEDGER"]
+__all__ = ["RayOptions", "CorpusPlan", "BlockLedger", "plan_blocks", "actor_encoder_kwargs", "run_ray_index_job",
+           "ray_failure_reason", "LEDGER"]
 
 logger = logging.getLogger(__name__)
 
@@ -217,12 +217,11 @@ def _prepare_work(config: IndexJobConfig, options: RayOptions, work: Path, resum
         if not resume:
             raise IndexJobError(f"{work} holds a ledger from an earlier run: pass --resume to continue it or "
                                 "--restart to start over")
-        saved = IndexJobConfig.load(work)
+        saved = check_resumable(work, config) or IndexJobConfig.load(work)  # (which raises where none was saved)
         for key in ("corpus", "index", "chunk_docs", "limit"):  # the block plan
             if getattr(saved, key) != getattr(config, key):
                 raise IndexJobError(f"the ledger in {work} is for another job ({key} was {getattr(saved, key)!r}, "
                                     f"now {getattr(config, key)!r}): use --restart or another --work-dir")
-        check_resumable(work, config)
     config.save(work)
     options.save(work)
 

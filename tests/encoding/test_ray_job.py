@@ -90,7 +90,8 @@ def test_a_failed_ray_job_names_the_exception_that_stopped_the_worker():
 
     wrapped = RuntimeError("SystemException")
     wrapped.__cause__ = ActorDied("The actor died because of an error raised in its creation task")
-    assert ray_failure_reason(wrapped) == "ValueError: model 'm' has no loadable masked-LM weights: no model.safetensors"
+    reason = "ValueError: model 'm' has no loadable masked-LM weights: no model.safetensors"
+    assert ray_failure_reason(wrapped) == reason
     assert ray_failure_reason(RuntimeError("\x1b[31mobject store full\x1b[0m\nmore")) == "object store full"
 
 
