@@ -172,7 +172,7 @@ def _health(url: str) -> str | None:
         return None
 
 
-def start(heap: str = "1536m", timeout_s: float = 240.0) -> dict:
+def start(heap: str = "2g", timeout_s: float = 240.0) -> dict:
     """Assemble (once), start a node on 127.0.0.1 and wait for green; returns the state saved to ``state.json``."""
     t0 = time.monotonic()
     root = cache_root()
@@ -266,7 +266,7 @@ def stop(keep: bool = False) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["start", "stop"])
-    parser.add_argument("--heap", default="1536m", help="-Xms and -Xmx of the node")
+    parser.add_argument("--heap", default="2g", help="-Xms and -Xmx of the node")
     parser.add_argument("--keep", action="store_true", help="stop: keep the run folder (data, logs)")
     args = parser.parse_args(argv)
     if args.action == "stop":

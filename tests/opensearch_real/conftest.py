@@ -40,14 +40,18 @@ def figures() -> dict:
     return FIGURES
 
 
+def _options() -> dict:
+    """``client_from_options``'s keywords for the cluster named by the environment."""
+    return {"url": os.environ["OPENSEARCH_URL"], "user": os.environ.get("OPENSEARCH_USER"),
+            "password": os.environ.get("OPENSEARCH_PASSWORD"), "insecure": os.environ.get("OPENSEARCH_INSECURE") == "1",
+            "ca_certs": os.environ.get("OPENSEARCH_CA_CERTS"), "aws_region": os.environ.get("AWS_REGION"),
+            "request_timeout": 300}
+
+
 def _client():
     from opensearch_lsr.opensearch.client import client_from_options
 
-    return client_from_options(url=os.environ["OPENSEARCH_URL"], user=os.environ.get("OPENSEARCH_USER"),
-                               password=os.environ.get("OPENSEARCH_PASSWORD"),
-                               insecure=os.environ.get("OPENSEARCH_INSECURE") == "1",
-                               ca_certs=os.environ.get("OPENSEARCH_CA_CERTS"),
-                               aws_region=os.environ.get("AWS_REGION"), request_timeout=300)
+    return client_from_options(**_options())
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +109,12 @@ def djl_cache_ready(real_bundle, figures) -> dict | None:
 @pytest.fixture(scope="session")
 def real_client(djl_cache_ready):
     return _client()
+
+
+@pytest.fixture(scope="session")
+def client_options(real_client) -> dict:
+    """The connection keywords of :func:`real_client` (for a client factory, as Ray's actors need)."""
+    return _options()
 
 
 def _conn_args() -> list[str]:

@@ -5,7 +5,8 @@ up`` then ``pytest -m opensearch``):
 - sparse_vector (3.3+): token-id documents are found by ``search --mode tokens``; word keys without
    method_parameters give zero hits on 3.3 (not a 400); ``method_parameters.k`` caps the hits;
 - bulk of precomputed vectors bypasses a default ingest pipeline; a missing index is refused before
-   loading; ``--long-text split`` documents index into the nested mapping and are found.
+   loading; ``--long-text split`` documents index into the nested mapping and are found;
+- ``--engine ray``: actors writing their own ``_bulk`` requests, stopped and resumed, load every document once.
 """
 from __future__ import annotations
 
@@ -219,3 +220,57 @@ def test_hybrid_fusion_equals_the_local_engine(real_client, tmp_path, names, tec
             assert [h["_score"] for h in node] == pytest.approx([h["_score"] for h in mine], rel=1e-5, abs=1e-6)
     finally:
         real_client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}")
+
+
+def test_ray_engine_stopped_then_resumed_loads_every_document_once(real_client, client_options, tmp_path, names,
+                                                                 cli_out):
+    """``--engine ray`` on the node: two actors writing their own ``_bulk`` requests, the driver stopped after
+    two blocks, then ``lsr-os index --engine ray --resume``: every document in the index once with its text, the
+    two ledgered blocks not sent again (``_version`` 1), the summary's counts those of the whole corpus."""
+    ray = pytest.importorskip("ray")
+    from opensearch_lsr.encoding.job import IndexJobConfig
+    from opensearch_lsr.encoding.ray_job import LEDGER, RayOptions, run_ray_index_job
+    from opensearch_lsr.engines import client_factory
+
+    corpus = tmp_path / "ray.jsonl"
+    texts = {f"r{i:02d}": f"{list(DOCS.values())[i % 4]} number {i}" for i in range(40)}
+    corpus.write_text("".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in texts.items()))
+    index, work = names("ray"), tmp_path / "job"
+    cli_out("create-index", index)
+    cfg = IndexJobConfig(corpus=str(corpus), model="splade-tiny", backend="opensearch", index=index,
+                         work_dir=str(work), chunk_docs=8, threads=1)
+
+    class Stop(Exception):
+        pass
+
+    done: list[int] = []
+
+    def stop_after_two(block: int) -> None:
+        done.append(block)
+        if len(done) == 2:
+            raise Stop()
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(Stop):
+            run_ray_index_job(cfg, RayOptions(workers=2, calls_per_worker=1), progress=False, on_block=stop_after_two,
+                              client_factory=client_factory("opensearch", **client_options))
+    finally:
+        ray.shutdown()
+    first = [json.loads(line) for line in (work / LEDGER).read_text().splitlines()]
+    assert sorted(e["block"] for e in first) == sorted(done)
+    out = json.loads(cli_out("index", "--engine", "ray", "--workers", "2", "--corpus", corpus, "--model", "splade-tiny",
+                             "--backend", "opensearch", "--index", index, "--work-dir", work, "--chunk-docs", "8",
+                             "--threads", "1", "--resume", "--no-progress"))
+    assert out["blocks"] == {"total": 5, "done_before": 2, "this_run": 3, "docs_per_block": 8}
+    assert out["indexed"] == 40 and out["dead_lettered"] == 0
+    assert out["this_run"]["indexed"] == 40 - sum(e["counters"]["indexed"] for e in first)
+    real_client.indices.refresh(index=index)
+    assert real_client.count(index=index)["count"] == 40
+    hits = real_client.search(index=index, body={"size": 50, "version": True})["hits"]["hits"]
+    assert {h["_id"]: h["_source"]["text"] for h in hits} == texts
+    ledgered = {f"r{i:02d}" for e in first for i in range(8 * e["block"], 8 * e["block"] + 8)}
+    assert {h["_version"] for h in hits if h["_id"] in ledgered} == {1}
+    found = cli_out("search", "sourdough bread recipe", "--index", index, "--backend", "opensearch", "--mode", "tokens",
+                    "--model", "splade-tiny")
+    assert "sourdough" in texts[_top(found)]
