@@ -43,6 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+import gpu_targets  # noqa: E402 - benchmarks/gpu_targets.py: the targets judged from this script's result
 import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results files
 
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
@@ -655,7 +656,9 @@ def markdown(result: dict) -> str:
              f"Command: `{result['command']}`  ",
              f"Machine: {harness.describe(m)}; transformers {m['transformers']}; commit {m['commit']}; "
              f"{result['date']}  ",
-             f"Measured peak ({result['peak_what']}): **{result['peak_tflops']:.0f} TFLOP/s**", ""]
+             f"Measured peak ({result['peak_what']}): **{result['peak_tflops']:.0f} TFLOP/s**", "",
+             "## Against the targets (one H100 / H200, the default bf16 encode; `gpu_targets.py`)", "",
+             *gpu_targets.markdown(gpu_targets.verdicts(result)), ""]
     for r in result["models"]:
         lines += [f"## {r['model']}: {r.get('docs')} documents, {r.get('mean_tokens')} tokens each, "
                   f"{r.get('flops_per_token', 0) / 1e6:.0f} MFLOP per token", "",
@@ -778,6 +781,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["peak_tflops"] = peak_tflops(device, n)
 
     def save() -> None:
+        result["targets"] = gpu_targets.as_json(gpu_targets.verdicts(result))
         harness.write_json(args.out, result)
         if args.md:
             Path(args.md).write_text(markdown(result))

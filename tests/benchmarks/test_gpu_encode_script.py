@@ -37,6 +37,12 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     assert f"{default_max_batch_tokens('cpu'):,}-token batches): the default" in text
     assert "tokenizer 2 processes x 2 threads" in text and "no word cache" in text and "padded reference" in text
     assert "packed" in text and result["machine"]["commit"] and "of zero per document" in text
+    # the targets: on CPU only the device-independent ones are judged (and met); the card's say so
+    judged = {v["target"]: v["met"] for v in result["targets"] if v["met"] is not None}
+    assert judged == {"no padded tokens on the packed path": True,
+                      "fp32 against the reference's fp32: identical id sets, max |dw| <= 1e-05, equal non-finite "
+                      "counts": True}
+    assert "## Against the targets" in text and "a card's target: this run is on CPU" in text
 
 
 def test_gpu_encode_leaves_out_the_no_cache_row_where_the_cache_is_off(shared_data, tmp_path, load_script):
@@ -100,3 +106,37 @@ def test_dev_mrr_ranks_by_dot_product_and_scores_the_first_relevant_hit(load_scr
     qrels = {"a": {"d1"}, "b": {"d2"}, "c": {"d2"}}
     got = module.dev_mrr(queries, documents, ["a", "b", "c"], ["d0", "d1", "d2"], qrels, vocab=5)
     assert got == round((1 / 2 + 1 + 1 / 3) / 3, 4)
+
+
+def test_targets_are_judged_from_a_card_run_at_their_thresholds(load_script):
+    """A CUDA result built by hand: each target met just at its threshold, missed just past it, and a left-out
+    section or a non-bf16 default says so instead of a verdict."""
+    targets = load_script("gpu_targets")
+
+    def bert(busy: float, pct: float, share: float, jaccard: float) -> dict:
+        return {"model": "bert-base-random (ko vocab, 12 x 768)", "gpu_busy_share": busy, "host_syncs_per_batch": 1.0,
+                "packed": {"precision": "bf16", "pct_of_peak": pct, "docs_per_s": 16000.0, "padded_share": 0.0},
+                "reference": {"docs_per_s": 2000.0}, "speedup_packed_over_reference": 8.0,
+                "token_budgets": {"32768": {"peak_gpu_gb": 2.3}},
+                "ndjson_end_to_end": {"packed": {"docs_per_s": 11200.0, "share_of_encode_only": share}},
+                "bf16_vs_fp32_packed": {"jaccard_mean": jaccard, "max_abs_dw": 0.02}}
+
+    def judged(result: dict) -> dict:
+        return {(v.target.split(":")[0][:24], v.model[:6]): v.met for v in targets.verdicts(result)}
+
+    tiny = {"model": "splade-tiny (2 x 128, 30,522 vocab)", "packed": {"precision": "bf16", "docs_per_s": 15000.0,
+                                                                       "padded_share": 0.0},
+            "packed_fp32": {"docs_per_s": 15001.0}}
+    at = judged({"device": "cuda", "models": [bert(0.90, 40.0, 0.70, 0.99), tiny]})
+    assert at[("bf16 encode >= 40 % of t", "bert-b")] and at[("GPU busy >= 90 % of the ", "bert-b")]
+    assert at[("`lsr-os index --backend ", "bert-b")] and at[("bf16 against fp32", "bert-b")]
+    assert at[("SPLADE-tiny >= 15k docs/", "splade")] and at[("SPLADE-tiny bf16 >= fp32", "splade")] is False
+    assert at[("fp32 against the referen", "bert-b")] is None  # exactness section left out: not judged
+    past = judged({"device": "cuda", "models": [bert(0.899, 39.99, 0.699, 0.9899)]})
+    assert not any(past[(k, "bert-b")] for k in ("bf16 encode >= 40 % of t", "GPU busy >= 90 % of the ",
+                                                 "`lsr-os index --backend ", "bf16 against fp32"))
+    fp32_card = bert(0.95, 45.0, 0.8, 1.0)
+    fp32_card["packed"]["precision"] = "fp32"
+    (peak,) = [v for v in targets.verdicts({"device": "cuda", "models": [fp32_card]}) if "peak" in v.target
+               and "40" in v.target]
+    assert peak.met is None and "not bf16" in peak.measured
