@@ -22,6 +22,9 @@ from ..errors import LsrError
 __all__ = [
     "ClusterFeatures",
     "ClusterConnectionError",
+    "error_reason",
+    "error_status",
+    "retry_429",
     "connection_options",
     "client_from_options",
     "make_client",
@@ -202,7 +205,8 @@ def make_client(url: str, *, user: str | None = None, password: str | None = Non
     ``aws_region`` requests are SigV4-signed (``RequestsAWSV4SignerAuth``; credentials from the
     standard boto3 chain) for Amazon OpenSearch Service (``es``) or Serverless (``aoss``).
     Transport-level retries cover 502/503/504 and connection errors; 429 is retried with backoff
-    by the callers that know a request is safe to repeat.
+    (:func:`retry_429`) by the callers that know a request is safe to repeat: searches, index and
+    pipeline creation, the ML Commons calls (bulk requests retry per document, ``bulk.py``).
     """
     from opensearchpy import OpenSearch, RequestsHttpConnection
 
@@ -392,3 +396,50 @@ def _connection_reason(err: Exception) -> str:
         if re.search(pattern, text):
             return short
     return text.splitlines()[0][:200] if text else type(err).__name__
+
+
+def error_reason(err: Exception) -> str:
+    """The server's error reason from an opensearch-py TransportError (else ``str(err)``)."""
+    info = getattr(err, "info", None)
+    if isinstance(info, dict):
+        error = info.get("error", info)
+        if isinstance(error, dict):
+            root = error.get("root_cause") or []
+            if root and isinstance(root[0], dict) and root[0].get("reason"):
+                return str(root[0]["reason"])
+            if error.get("reason"):
+                return str(error["reason"])
+        if isinstance(error, str):
+            return error
+    error = getattr(err, "error", None)
+    return str(error if error and error != "N/A" else err)
+
+
+def error_status(err: Exception) -> int | None:
+    status = getattr(err, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def retry_429(call: Callable[[], Any], *, what: str, retries: int = 5, backoff_s: float = 1.0) -> Any:
+    """Run ``call``; on HTTP 429 (rejected, nothing done) wait and retry with exponential backoff.
+
+    opensearch-py's transport retries 502/503/504 immediately but never 429: a thread pool that
+    is full or a circuit breaker (a small node's heap, ``[parent] Data too large``) turned the
+    request away before running it, and a moment later the same request usually passes. The loop is tenacity's
+    (``retries`` extra attempts, waits ``backoff_s * 2**n`` capped at 30 s), so one request waits at
+    most about ``retries * 30`` seconds in total.
+    """
+    from opensearchpy.exceptions import TransportError
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+    def is_429(err: BaseException) -> bool:
+        return isinstance(err, TransportError) and error_status(err) == 429
+
+    def log(state) -> None:
+        err = state.outcome.exception()
+        logger.warning("%s: HTTP 429 (%s); retry %d of %d", what, error_reason(err), state.attempt_number, retries)
+
+    retrying = Retrying(retry=retry_if_exception(is_429), stop=stop_after_attempt(retries + 1),
+                        wait=wait_exponential(multiplier=backoff_s, min=backoff_s, max=30.0),
+                        before_sleep=log, reraise=True)
+    return retrying(call)

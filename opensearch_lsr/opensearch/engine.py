@@ -14,7 +14,7 @@ from typing import Any
 
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
 from ..engines.base import BulkOutcome, EngineKind, IndexKind, LongText, VectorField
-from .client import client_from_options, connection_options
+from .client import client_from_options, connection_options, retry_429
 
 __all__ = ["OpenSearchEngine"]
 
@@ -91,10 +91,10 @@ class OpenSearchEngine:
         return OpenSearchBulkWriter(self.client, index).write(list(actions))
 
     def search(self, index: str, body: dict, *, search_pipeline: str | dict | None = None) -> dict:
-        """``POST <index>/_search`` (``?search_pipeline=`` when given)."""
-        if search_pipeline:
-            return self.client.search(index=index, body=body, params={"search_pipeline": search_pipeline})
-        return self.client.search(index=index, body=body)
+        """``POST <index>/_search`` (``?search_pipeline=`` when given); a 429 (search queue full, a circuit
+        breaker) is retried with backoff."""
+        params = {"search_pipeline": search_pipeline} if search_pipeline else None
+        return retry_429(lambda: self.client.search(index=index, body=body, params=params), what=f"search {index}")
 
     def vector_field(self, index: str, field: str | None = None) -> VectorField:
         """The index's sparse field (from its mapping): name, kind, key format, nesting."""

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from ..contract import DEFAULT_TEXT_FIELD, DEFAULT_VECTOR_FIELD
 from ..engines.base import VectorField
 from ..engines.templates import IndexSetupError, load_template, render, templates_root
-from .client import ClusterFeatures
+from .client import ClusterFeatures, retry_429
+from .client import error_reason as _reason
 
 __all__ = [
     "IndexSetupError",
@@ -260,12 +261,6 @@ def hybrid_pipeline_body(features: ClusterFeatures, *, technique: HybridTechniqu
     return body
 
 
-def _reason(err: Exception) -> str:
-    from .mlcommons import _reason as reason
-
-    return reason(err)
-
-
 def create_index(client, name: str, kind: IndexKind, features: ClusterFeatures, **options: Any) -> dict[str, Any]:
     """Create the index; with ``text_analyzer="auto"`` and unknown plugins, try nori then fall back to cjk.
 
@@ -277,7 +272,7 @@ def create_index(client, name: str, kind: IndexKind, features: ClusterFeatures, 
     body = index_body(kind, features, text_analyzer=requested, **options)
     analyzer = _analyzer_of(body, options.get("text_field", "text"))
     try:
-        client.indices.create(index=name, body=body)
+        retry_429(lambda: client.indices.create(index=name, body=body), what=f"create index {name}")
     except TransportError as err:
         reason = _reason(err)
         nori_missing = "nori" in reason and ("tokenizer" in reason or "analyzer" in reason)
@@ -286,7 +281,7 @@ def create_index(client, name: str, kind: IndexKind, features: ClusterFeatures, 
             body = index_body(kind, features.__class__(features.version, frozenset()), text_analyzer="auto", **options)
             analyzer = _analyzer_of(body, options.get("text_field", "text"))
             try:
-                client.indices.create(index=name, body=body)
+                retry_429(lambda: client.indices.create(index=name, body=body), what=f"create index {name}")
             except TransportError as err2:
                 raise IndexSetupError(f"creating index {name} failed (HTTP {err2.status_code}): {_reason(err2)}") from err2
         elif "resource_already_exists" in str(getattr(err, "error", "")) or "already exists" in reason:
@@ -304,7 +299,8 @@ def put_ingest_pipeline(client, pipeline_id: str, body: dict[str, Any]) -> None:
     from opensearchpy.exceptions import TransportError
 
     try:
-        client.ingest.put_pipeline(id=pipeline_id, body=body)
+        retry_429(lambda: client.ingest.put_pipeline(id=pipeline_id, body=body),
+                  what=f"create ingest pipeline {pipeline_id}")
     except TransportError as err:
         raise IndexSetupError(f"creating ingest pipeline {pipeline_id} failed (HTTP {err.status_code}): "
                               f"{_reason(err)}") from err
@@ -314,7 +310,8 @@ def put_search_pipeline(client, pipeline_id: str, body: dict[str, Any]) -> None:
     from opensearchpy.exceptions import TransportError
 
     try:
-        client.search_pipeline.put(id=pipeline_id, body=body)
+        retry_429(lambda: client.search_pipeline.put(id=pipeline_id, body=body),
+                  what=f"create search pipeline {pipeline_id}")
     except TransportError as err:
         raise IndexSetupError(f"creating search pipeline {pipeline_id} failed (HTTP {err.status_code}): "
                               f"{_reason(err)}") from err

@@ -31,6 +31,9 @@ from typing import Any, Callable, Literal
 
 from ..config import ArtifactConfig, read_json, sha256_file
 from .client import ClusterFeatures, detect_features
+from .client import error_reason as _reason
+from .client import error_status as _status
+from .client import retry_429 as _retry_429
 from .djl_cache import DJL_DOWNLOAD_MARKERS as _DJL_DOWNLOAD_MARKERS
 from ..errors import LsrError
 
@@ -114,28 +117,6 @@ class DeployConfig(ArtifactConfig):
 # helpers
 # ----------------------------------------------------------------------------------------------
 
-def _reason(err: Exception) -> str:
-    """The server's error reason from an opensearch-py TransportError (else ``str(err)``)."""
-    info = getattr(err, "info", None)
-    if isinstance(info, dict):
-        error = info.get("error", info)
-        if isinstance(error, dict):
-            root = error.get("root_cause") or []
-            if root and isinstance(root[0], dict) and root[0].get("reason"):
-                return str(root[0]["reason"])
-            if error.get("reason"):
-                return str(error["reason"])
-        if isinstance(error, str):
-            return error
-    error = getattr(err, "error", None)
-    return str(error if error and error != "N/A" else err)
-
-
-def _status(err: Exception) -> int | None:
-    status = getattr(err, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
 #: the ``plugins.ml`` methods the deploy flow calls (all present from opensearch-py 3.0).
 _ML_METHODS = ("register_model_meta", "upload_chunk", "search_models", "search_model_group",
                "register_model_group", "deploy_model", "get_task", "get_model", "predict")
@@ -152,30 +133,6 @@ def _ml(client):
         raise DeployError(f"opensearch-py {version} lacks plugins.ml.{', '.join(missing)}; deploy-model needs "
                           f"opensearch-py>=3.0: pip install -U 'opensearch-py>=3.0'")
     return ml
-
-
-def _retry_429(call: Callable[[], Any], *, retries: int, backoff_s: float, what: str) -> Any:
-    """Run ``call``; on HTTP 429 (rejected, nothing done) wait and retry with exponential backoff.
-
-    opensearch-py's transport retries 502/503/504 immediately but never 429, and these requests
-    are only repeated when the server said it did not execute them. The loop is tenacity's
-    (``retries`` extra attempts, waits ``backoff_s * 2**n`` capped at 30 s), so one request waits at
-    most about ``retries * 30`` seconds in total.
-    """
-    from opensearchpy.exceptions import TransportError
-    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
-
-    def is_429(err: BaseException) -> bool:
-        return isinstance(err, TransportError) and _status(err) == 429
-
-    def log(state) -> None:
-        err = state.outcome.exception()
-        logger.warning("%s: HTTP 429 (%s); retry %d of %d", what, _reason(err), state.attempt_number, retries)
-
-    retrying = Retrying(retry=retry_if_exception(is_429), stop=stop_after_attempt(retries + 1),
-                        wait=wait_exponential(multiplier=backoff_s, min=backoff_s, max=30.0),
-                        before_sleep=log, reraise=True)
-    return retrying(call)
 
 
 def _cleanup_hint(client_url: str, model_id: str) -> str:

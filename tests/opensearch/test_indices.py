@@ -149,6 +149,30 @@ def test_create_index_and_pipelines_on_the_double(version, plugins, kind, expect
         double.stop()
 
 
+def test_a_node_turning_requests_away_with_429_gets_them_again_after_a_pause():
+    """A small node's circuit breaker ("[parent] Data too large", HTTP 429) rejects a request before running it:
+    index creation, pipeline creation and searches wait and send it again instead of failing the command."""
+    from opensearch_lsr.opensearch.engine import OpenSearchEngine
+
+    double = make_double("3.3.0")
+    try:
+        client = client_from_options(url=double.url)
+        features = detect_features(client)
+        breaker = {"status": 429, "type": "circuit_breaking_exception", "reason": "[parent] Data too large"}
+        for path, method in ((r"^/docs$", "PUT"), (r"^/_search/pipeline/hyb$", "PUT"), (r"^/docs/_search$", None)):
+            double.inject(path, breaker["status"], method=method, type=breaker["type"], reason=breaker["reason"])
+        ix.create_index(client, "docs", "rank_features", features)
+        ix.put_search_pipeline(client, "hyb", ix.hybrid_pipeline_body(features))
+        client.index(index="docs", id="a", body={"text": "서울", "sparse_embedding": {"서울": 1.5}}, refresh=True)
+        hits = OpenSearchEngine(client).search("docs", {"query": {"neural_sparse": {"sparse_embedding": {
+            "query_tokens": {"서울": 1.0}}}}})
+        assert [h["_id"] for h in hits["hits"]["hits"]] == ["a"]
+        for path in (r"^/docs$", r"^/_search/pipeline/hyb$", r"^/docs/_search$"):
+            assert [e["status"] for e in double.requests_to(path) if e["method"] != "GET"][:2] == [429, 200], path
+    finally:
+        double.stop()
+
+
 def test_unknown_plugins_try_nori_then_fall_back():
     """With _cat/plugins forbidden the toolkit tries nori and falls back to cjk on the server's error."""
     double = make_double("3.0.0", plugins={"opensearch-ml", "opensearch-neural-search"})
