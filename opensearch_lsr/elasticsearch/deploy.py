@@ -60,12 +60,29 @@ class Transport(Protocol):
 
 
 class ClientTransport:
-    """:class:`Transport` over an ``elasticsearch.Elasticsearch`` client (``perform_request``)."""
+    """:class:`Transport` over an ``elasticsearch.Elasticsearch`` client (``perform_request``).
 
-    def __init__(self, client) -> None:
-        self.client = client
+    A 429 (a full thread pool, a circuit breaker: the request was turned away before it ran) is sent again after
+    a pause, ``backoff_s * 2**n`` capped at 30 s, up to ``retries_429`` times (tenacity); the client itself
+    retries 502/503/504 only (``client.py``), and ``_bulk`` goes through the bulk helper, which has its own."""
+
+    def __init__(self, client, *, retries_429: int = 5, backoff_s: float = 1.0) -> None:
+        self.client, self.retries_429, self.backoff_s = client, retries_429, backoff_s
 
     def request(self, method, path, params=None, body=None):
+        from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
+
+        def log(state) -> None:
+            logger.warning("%s %s: HTTP 429 (%s); retry %d of %d", method, path, _reason(state.outcome.result()[1]),
+                           state.attempt_number, self.retries_429)
+
+        retrying = Retrying(retry=retry_if_result(lambda answer: answer[0] == 429),
+                            stop=stop_after_attempt(self.retries_429 + 1),
+                            wait=wait_exponential(multiplier=self.backoff_s, min=self.backoff_s, max=30.0),
+                            before_sleep=log, retry_error_callback=lambda state: state.outcome.result())
+        return retrying(self._send, method, path, params, body)
+
+    def _send(self, method, path, params, body) -> tuple[int, Any]:
         from elastic_transport import TransportError
         from elasticsearch import ApiError
 

@@ -251,3 +251,26 @@ def test_index_against_nothing_listening_fails_at_once_in_one_sentence(tmp_path,
     assert time.monotonic() - t0 < 20
     assert "cannot reach the cluster at http://127.0.0.1:1: connection refused" in res.output, res.output
     assert "Traceback" not in res.output and "opensearch:" not in res.output
+
+
+# 429 -----------------------------------------------------------------------------------------------
+def test_a_request_turned_away_with_429_is_sent_again_after_a_pause_and_reported_when_it_persists(es_double,
+                                                                                                  es_client):
+    """A full thread pool or a circuit breaker answers 429 before running the request: ``ClientTransport`` waits and
+    sends it again (index creation, searches, every deploy step), and gives the 429 back once its retries are spent."""
+    from opensearch_lsr.elasticsearch.indices import EsIndexError, create_index
+
+    body = {"mappings": {"properties": {"text": {"type": "text"}}}}
+
+    def statuses(method: str, path: str) -> list[int]:
+        return [r["status"] for r in es_double.request_log if r["method"] == method and r["path"] == path]
+
+    quick = ClientTransport(es_client, backoff_s=0.01)
+    es_double.faults.extend([["PUT", r"^/docs$", 429, 1], ["POST", r"^/docs/_search$", 429, 2]])
+    assert create_index(quick, "docs", body)["acknowledged"]
+    assert quick.request("POST", "/docs/_search", None, {"query": {"match_all": {}}})[0] == 200
+    assert statuses("PUT", "/docs") == [429, 200] and statuses("POST", "/docs/_search") == [429, 429, 200]
+    es_double.faults.append(["PUT", r"^/busy$", 429, 10])
+    with pytest.raises(EsIndexError, match="HTTP 429"):
+        create_index(ClientTransport(es_client, retries_429=2, backoff_s=0.01), "busy", body)
+    assert statuses("PUT", "/busy") == [429, 429, 429]
