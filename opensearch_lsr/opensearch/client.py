@@ -425,9 +425,9 @@ def retry_429(call: Callable[[], Any], *, what: str, retries: int = 5, backoff_s
 
     opensearch-py's transport retries 502/503/504 immediately but never 429: a thread pool that
     is full or a circuit breaker (a small node's heap, ``[parent] Data too large``) turned the
-    request away before running it, and a moment later the same request usually passes. The loop is tenacity's
-    (``retries`` extra attempts, waits ``backoff_s * 2**n`` capped at 30 s), so one request waits at
-    most about ``retries * 30`` seconds in total.
+    request away before running it, and a moment later the same request usually passes. The loop
+    is tenacity's (``retries`` extra attempts, waits ``backoff_s * 2**n`` capped at 30 s), so one
+    request waits at most about ``retries * 30`` seconds in total.
     """
     from opensearchpy.exceptions import TransportError
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
