@@ -335,7 +335,8 @@ def attach_search_pipeline(client, index: str, pipeline_id: str) -> None:
                                   f"neural-search refuses on sparse_vector (SEISMIC) fields such as {ann[0]}: every "
                                   f"search on {index} would fail; SEISMIC prunes by itself (method_parameters top_n)")
     try:
-        client.indices.put_settings(index=index, body={"index.search.default_pipeline": pipeline_id})
+        retry_429(lambda: client.indices.put_settings(index=index, body={"index.search.default_pipeline": pipeline_id}),
+                  what=f"attach search pipeline {pipeline_id} to {index}")
     except TransportError as err:
         raise IndexSetupError(f"attaching search pipeline {pipeline_id} to {index} failed (HTTP {err.status_code}): "
                               f"{_reason(err)}") from err
@@ -363,7 +364,7 @@ def _sparse_fields(client, index: str) -> list[VectorField]:
     from opensearchpy.exceptions import NotFoundError, TransportError
 
     try:
-        res = client.indices.get_mapping(index=index)
+        res = retry_429(lambda: client.indices.get_mapping(index=index), what=f"read the mapping of {index}")
     except NotFoundError as err:
         raise IndexSetupError(f"index {index} does not exist (create it with lsr-os create-index)") from err
     except TransportError as err:
@@ -406,7 +407,7 @@ def _get_search_pipeline(client, pipeline_id: str) -> dict[str, Any] | None:
     from opensearchpy.exceptions import NotFoundError, TransportError
 
     try:
-        res = client.search_pipeline.get(id=pipeline_id)
+        res = retry_429(lambda: client.search_pipeline.get(id=pipeline_id), what=f"read search pipeline {pipeline_id}")
     except NotFoundError:
         return None
     except TransportError as err:

@@ -151,7 +151,8 @@ def test_create_index_and_pipelines_on_the_double(version, plugins, kind, expect
 
 def test_a_node_turning_requests_away_with_429_gets_them_again_after_a_pause():
     """A small node's circuit breaker ("[parent] Data too large", HTTP 429) rejects a request before running it:
-    index creation, pipeline creation and searches wait and send it again instead of failing the command."""
+    index and pipeline creation, attaching a pipeline, reading a mapping or a pipeline back and searches wait and
+    send it again instead of failing the command."""
     from opensearch_lsr.opensearch.engine import OpenSearchEngine
 
     double = make_double("3.3.0")
@@ -159,16 +160,20 @@ def test_a_node_turning_requests_away_with_429_gets_them_again_after_a_pause():
         client = client_from_options(url=double.url)
         features = detect_features(client)
         breaker = {"status": 429, "type": "circuit_breaking_exception", "reason": "[parent] Data too large"}
-        for path, method in ((r"^/docs$", "PUT"), (r"^/_search/pipeline/hyb$", "PUT"), (r"^/docs/_search$", None)):
+        turned_away = [(r"^/docs$", "PUT"), (r"^/_search/pipeline/hyb$", "PUT"), (r"^/_search/pipeline/hyb$", "GET"),
+                       (r"^/docs/_settings$", "PUT"), (r"^/docs/_mapping$", "GET"), (r"^/docs/_search$", "POST")]
+        for path, method in turned_away:
             double.inject(path, breaker["status"], method=method, type=breaker["type"], reason=breaker["reason"])
         ix.create_index(client, "docs", "rank_features", features)
         ix.put_search_pipeline(client, "hyb", ix.hybrid_pipeline_body(features))
+        ix.attach_search_pipeline(client, "docs", "hyb")  # reads the pipeline back first
         client.index(index="docs", id="a", body={"text": "서울", "sparse_embedding": {"서울": 1.5}}, refresh=True)
-        hits = OpenSearchEngine(client).search("docs", {"query": {"neural_sparse": {"sparse_embedding": {
-            "query_tokens": {"서울": 1.0}}}}})
+        engine = OpenSearchEngine(client)
+        assert engine.vector_field("docs").name == "sparse_embedding"
+        hits = engine.search("docs", {"query": {"neural_sparse": {"sparse_embedding": {"query_tokens": {"서울": 1.0}}}}})
         assert [h["_id"] for h in hits["hits"]["hits"]] == ["a"]
-        for path in (r"^/docs$", r"^/_search/pipeline/hyb$", r"^/docs/_search$"):
-            assert [e["status"] for e in double.requests_to(path) if e["method"] != "GET"][:2] == [429, 200], path
+        for path, method in turned_away:
+            assert [e["status"] for e in double.requests_to(path, method)][:2] == [429, 200], (path, method)
     finally:
         double.stop()
 
