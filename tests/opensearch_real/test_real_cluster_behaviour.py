@@ -250,13 +250,10 @@ def test_ray_engine_stopped_then_resumed_loads_every_document_once(real_client, 
         if len(done) == 2:
             raise Stop()
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with pytest.raises(Stop):
-            run_ray_index_job(cfg, RayOptions(workers=2, calls_per_worker=1), progress=False, on_block=stop_after_two,
-                              client_factory=client_factory("opensearch", **client_options))
-    finally:
-        ray.shutdown()
+    assert not ray.is_initialized()  # the job starts Ray and shuts it down, as the CLI does
+    with pytest.raises(Stop):
+        run_ray_index_job(cfg, RayOptions(workers=2, calls_per_worker=1), progress=False, on_block=stop_after_two,
+                          client_factory=client_factory("opensearch", **client_options))
     first = [json.loads(line) for line in (work / LEDGER).read_text().splitlines()]
     assert sorted(e["block"] for e in first) == sorted(done)
     out = json.loads(cli_out("index", "--engine", "ray", "--workers", "2", "--corpus", corpus, "--model", "splade-tiny",
