@@ -62,7 +62,8 @@ class Transport(Protocol):
 class ClientTransport:
     """:class:`Transport` over an ``elasticsearch.Elasticsearch`` client (``perform_request``).
 
-    A 429 (a full thread pool, a circuit breaker: the request was turned away before it ran) is sent again after
+    A 429 (a full thread pool, a circuit breaker: the request was turned away before it ran; Elasticsearch
+    ``CircuitBreakingException`` and ``EsRejectedExecutionException`` answer ``TOO_MANY_REQUESTS``) is sent again after
     a pause, ``backoff_s * 2**n`` capped at 30 s, up to ``retries_429`` times (tenacity); the client itself
     retries 502/503/504 only (``client.py``), and ``_bulk`` goes through the bulk helper, which has its own."""
 

@@ -425,7 +425,9 @@ def retry_429(call: Callable[[], Any], *, what: str, retries: int = 5, backoff_s
 
     opensearch-py's transport retries 502/503/504 immediately but never 429: a thread pool that
     is full or a circuit breaker (a small node's heap, ``[parent] Data too large``) turned the
-    request away before running it, and a moment later the same request usually passes. The loop
+    request away before running it, and a moment later the same request usually passes (OpenSearch
+    3.6.0 ``libs/core/.../common/breaker/CircuitBreakingException.java`` and
+    ``OpenSearchRejectedExecutionException`` answer ``RestStatus.TOO_MANY_REQUESTS``). The loop
     is tenacity's (``retries`` extra attempts, waits ``backoff_s * 2**n`` capped at 30 s), so one
     request waits at most about ``retries * 30`` seconds in total.
     """
