@@ -236,6 +236,12 @@ def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
         by_name[e.name[:90]] = by_name.get(e.name[:90], 0.0) + (e.time_range.end - e.time_range.start)
     total = sum(by_name.values()) or 1.0
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
+    runtime: dict[str, list[float]] = {}  # the host's CUDA runtime calls (launches, copies, waits, pinned allocs)
+    for e in prof.events():
+        if e.device_type.name == "CPU" and e.name.startswith("cuda"):
+            row = runtime.setdefault(e.name, [0, 0.0])
+            row[0] += 1
+            row[1] += e.time_range.end - e.time_range.start
     return {"busy_share": round(busy / 1e6 / wall, 4),  # profiler times are in microseconds
             "wall_s": round(wall, 3), "batches": batches,
             # where the idle share sits: before the first / after the last kernel, or between kernels
@@ -248,7 +254,25 @@ def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
             "gc_pauses": gc_pauses,
             "kernel_ms_per_batch": round(total / 1e3 / batches, 3),
             "top_kernels": [{"name": n, "ms_per_batch": round(t / 1e3 / batches, 3), "share": round(t / total, 4)}
-                            for n, t in top]}
+                            for n, t in top],
+            "runtime_calls": [{"name": n, "per_batch": round(c / batches, 2), "ms_per_batch": round(t / 1e3 / batches, 3)}
+                              for n, (c, t) in sorted(runtime.items(), key=lambda kv: -kv[1][1])[:8]],
+            "host_ops": host_ops(enc, texts[:4096])}
+
+
+def host_ops(enc: SparseDocumentEncoder, texts: list[str]) -> list[dict]:
+    """The launching thread's costliest operators by their own host time (torch profiler, CPU activity) over one
+    ``encode`` of ``texts``: where a launch of several ms per batch goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    before = enc.runner.stats.batches
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        enc.encode(texts)
+        sync(enc.device)
+    batches = max(1, enc.runner.stats.batches - before)
+    rows = sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:15]
+    return [{"name": a.key[:80], "per_batch": round(a.count / batches, 2),
+             "self_ms_per_batch": round(a.self_cpu_time_total / 1e3 / batches, 3)} for a in rows]
 
 
 def syncs_per_batch(enc: SparseDocumentEncoder, texts: list[str]) -> float | None:
@@ -486,8 +510,9 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         busy = gpu_busy_share(enc, texts)
         if busy:
             row["gpu_busy_share"] = busy["busy_share"]
-            row["gpu_profile"] = {k: v for k, v in busy.items() if k != "top_kernels"}
+            row["gpu_profile"] = {k: v for k, v in busy.items() if k not in ("top_kernels", "host_ops")}
             row["top_kernels"] = busy["top_kernels"][:6]
+            row["host_ops"] = busy["host_ops"][:10]
 
     def packed_other():
         """The other ``--compile`` setting: eager where the default compiles, and back."""

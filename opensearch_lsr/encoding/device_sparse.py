@@ -46,8 +46,10 @@ class PendingSparse:
         if total > len(self.ids):  # the static list was too short: list this batch again, exactly
             again = sparsify(self.dense, static_size=None)
             return again.result()
+        # copies, so no vector keeps the pinned buffers alive: freed now, the host allocator hands them to the next
+        # batch (views held them for as long as the documents lived, and every batch pinned fresh memory)
         ids = self.ids.numpy()[:total].astype(np.int64)
-        weights = self.weights.numpy()[:total]
+        weights = self.weights.numpy()[:total].copy()
         cuts = np.cumsum(counts)[:-1]
         vectors = [SparseVector(i, w) for i, w in zip(np.split(ids, cuts), np.split(weights, cuts))]
         return vectors, int(self.nonfinite.item())
