@@ -56,9 +56,9 @@ __all__ = ["index_command"]
               help="Packed batching: torch.compile into fused kernels: body (the whole transformer, one compiled "
                    "call per batch; what --compile alone means), block (each layer after its attention), norm "
                    "(each residual + LayerNorm step) or graphs (the body captured as a CUDA graph per batch shape and "
-                   "replayed, batches padded to a handful of shapes, under 2 % padding at 64k tokens; not yet "
-                   "measured on a GPU). The first batches pay the compilation, seconds; it falls back to eager kernels if compiling fails [default: body "
-                   "for bf16 / fp16 on a GPU, off in fp32 and on CPU].")
+                   "replayed, batches padded to a handful of shapes, under 2 % padding at 64k tokens: the host launches one "
+                   "graph per batch). The first batches pay the compilation, seconds; it falls back to eager kernels "
+                   "if compiling fails [default: graphs for bf16 / fp16 on a GPU, off in fp32 and on CPU].")
 @click.option("--no-compile", is_flag=True, help="Packed batching: never torch.compile (eager kernels only).")
 @click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
 @click.option("--bulk-concurrency", type=click.IntRange(1, 8), default=None,

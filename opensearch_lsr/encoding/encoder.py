@@ -162,8 +162,8 @@ class SparseDocumentEncoder:
         max_batch_tokens: real tokens per packed forward pass (default: 64k on a GPU, 4k on CPU).
         compile: packed batching: ``torch.compile`` the whole body (``"body"``; ``"graphs"``: captured and replayed
             as CUDA graphs, :mod:`.graph_replay`, batches padded by :mod:`.graph_buckets`), each block after
-            attention (``"block"``) or each residual + LayerNorm step (``True`` / ``"norm"``); ``None``: body on CUDA
-            in bf16 / fp16.
+            attention (``"block"``) or each residual + LayerNorm step (``True`` / ``"norm"``); ``None``: graphs on
+            CUDA in bf16 / fp16 (:func:`.packed.default_compile_scope`).
     """
 
     def __new__(cls, model: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
@@ -468,21 +468,23 @@ class SparseDocumentEncoder:
         self.stats.seconds += time.perf_counter() - t0
         return result
 
-    def warm_up(self, texts: int = 512) -> float:
-        """Encode ``texts`` synthetic passages of spread lengths once, on CUDA only, and forget the counters.
+    def warm_up(self, texts: int = 512, sample: Sequence[str] = ()) -> float:
+        """Encode ``texts`` synthetic passages of spread lengths once, then ``sample`` (passages of the corpus to
+        come), on CUDA only, and forget the counters.
 
-        The first batches on a GPU pay one-off costs (CUDA context, cuBLAS handles and their heuristics, the
-        varlen attention kernels, the caching allocator's first blocks); a job calls this before its clock
-        starts, as a benchmark warms up before it times. Returns the seconds spent (0 on CPU).
+        The first batches on a GPU pay one-off costs (CUDA context, cuBLAS handles, attention kernels, the allocator's
+        first blocks, a CUDA graph per batch shape: the corpus's own passages give its shapes); a job calls this
+        before its clock starts, as a benchmark warms up before it times. Returns the seconds spent (0 on CPU).
         """
         import time
-
         if str(self.device).split(":")[0] != "cuda" or texts <= 0:
             return 0.0
         t0 = time.perf_counter()
         lengths = [8 + (i * 37) % max(9, self.max_length - 8) for i in range(texts)]
         saved = dataclasses.replace(self.stats, by_stage=dict(self.stats.by_stage))
         self.encode([" ".join(["warm"] * n) for n in lengths])
+        if len(sample):
+            self.encode(list(sample))
         if self.runner is not None:
             self.runner.reset_stats()
         self.stats = saved

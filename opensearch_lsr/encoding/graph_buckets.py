@@ -2,8 +2,9 @@
 
 A CUDA graph replays fixed shapes; packed batches have a different token and document count each time. With
 ``compile="graphs"`` (:class:`~.packed.PackedMLM`) a batch is padded up to a bucket: the token count to a
-multiple of ``granularity``, the document count to a power of two, and the longest document to the model's
-longest (what varlen attention is told), so a corpus needs a handful of recorded graphs, not one per batch. The
+multiple of ``granularity``, the document count to a power of two, and the longest document (what varlen
+attention is told) to a multiple of :data:`GRAPH_MAX_LEN_GRANULARITY` (:func:`graph_max_len`), so a corpus needs a
+handful of recorded graphs, not one per batch. The
 padding tokens form extra documents of 1 to ``max_doc`` tokens (attention never crosses documents, so the real
 ones are untouched) and are dropped before the vocabulary head.
 
@@ -17,11 +18,23 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GRAPH_TOKEN_GRANULARITY", "graph_shape", "padding_lengths"]
+__all__ = [
+    "GRAPH_MAX_LEN_GRANULARITY",
+    "GRAPH_TOKEN_GRANULARITY",
+    "graph_max_len",
+    "graph_shape",
+    "padding_lengths",
+]
 
 #: token counts of graph batches are multiples of this: 64 buckets up to a 64k budget, at most 1.6 % padding
 #: at that budget (plus one token per padding document)
 GRAPH_TOKEN_GRANULARITY = 1024
+
+#: the longest document varlen attention is told is rounded up to a multiple of this (FlashAttention's query block
+#: of 128 rows: the kernel's grid is the same as for the exact length). Telling it the model's longest (512) instead
+#: launched blocks for rows no document has: 5.94 against 3.50 ms of attention per 64k-token batch on an H200
+#: (BERT-base shape, ``benchmarks/results/gpu_encode.md``)
+GRAPH_MAX_LEN_GRANULARITY = 128
 
 
 def graph_shape(tokens: int, docs: int, max_doc: int, granularity: int = GRAPH_TOKEN_GRANULARITY) -> tuple[int, int]:
@@ -40,6 +53,14 @@ def graph_shape(tokens: int, docs: int, max_doc: int, granularity: int = GRAPH_T
         if -(-(total - tokens) // extra) <= max_doc:
             return total, n
         n *= 2
+
+
+def graph_max_len(longest: int, max_doc: int, granularity: int = GRAPH_MAX_LEN_GRANULARITY) -> int:
+    """The longest document a bucket is recorded for: ``longest`` (the batch's, padding documents included) rounded
+    up to a multiple of ``granularity``, at most ``max_doc``; part of the bucket's key."""
+    if longest > max_doc:
+        raise ValueError(f"a document of {longest} tokens is over max_doc {max_doc}")
+    return min(int(max_doc), -(-int(longest) // granularity) * granularity)
 
 
 def padding_lengths(tokens: int, docs: int, shape: tuple[int, int]) -> np.ndarray:

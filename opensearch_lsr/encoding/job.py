@@ -336,6 +336,21 @@ class IndexJob:
             except queue.Full:
                 continue
 
+    def _first_texts(self, checkpoint: Checkpoint | None, n: int) -> list[str]:
+        """The texts of the next ``n`` good records from the checkpoint on (read again by the job): what the
+        warm-up encodes, so that it meets the batch shapes of this corpus (CUDA graphs capture one per shape)."""
+        config, texts = self.config, []
+        reader = read_corpus(config.corpus, config.corpus_format, position=checkpoint.position if checkpoint else 0,  # type: ignore[arg-type]
+                             offset=checkpoint.offset if checkpoint else None, invalid_utf8=config.invalid_utf8,  # type: ignore[arg-type]
+                             id_field=config.id_field, text_field=config.corpus_text_field,
+                             title_field=config.corpus_title_field)
+        for item in reader:
+            if len(texts) >= n:
+                break
+            if not isinstance(item, BadRecord):
+                texts.append(item.text)
+        return texts
+
     def _read(self, checkpoint: Checkpoint | None, bar) -> tuple[int, int | None]:
         """Read the corpus from the checkpoint on: bad input and duplicate ids to the skipped report,
         records in chunks to :meth:`_flush_chunk`. Returns the last position and offset read."""
@@ -401,7 +416,8 @@ class IndexJob:
                 self.writer = make_writer(config, self.client_factory)
             t_setup = time.perf_counter()
             if own_encoder and hasattr(self.encoder, "warm_up"):  # CUDA's one-off costs before the clock
-                self.encoder.warm_up()
+                self.encoder.warm_up(**({"sample": self._first_texts(checkpoint, 2 * config.window_docs)}
+                                        if _packed_on_cuda(self.encoder) else {}))
             self.setup_s += time.perf_counter() - t_setup
         except BaseException:
             if own_encoder and hasattr(self.encoder, "close"):  # the encoder processes, where there are some
@@ -515,6 +531,11 @@ class IndexJob:
             "peak_rss_mb": round(_peak_rss_mb(), 1),
             "work_dir": str(work), "skipped_file": str(work / SKIPPED), "dead_letter_file": str(work / DEAD_LETTER),
         }
+
+
+def _packed_on_cuda(encoder: Any) -> bool:
+    """Whether ``encoder`` runs packed batches on a GPU (its warm-up then encodes the corpus's first passages)."""
+    return getattr(encoder, "runner", None) is not None and str(getattr(encoder, "device", "cpu")).startswith("cuda")
 
 
 def _limit_raised(before: int | None, now: int | None) -> bool:

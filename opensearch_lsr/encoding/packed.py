@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .graph_buckets import graph_shape, padding_lengths
+from .graph_buckets import graph_max_len, graph_shape, padding_lengths
 from .graph_replay import GraphReplay
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ class Segments:
         """Build the index tensors on the host (numpy, vectorised) and move them in one copy each.
 
         ``pad_to``: a graph bucket's ``(tokens, documents)`` (:func:`.graph_buckets.graph_shape` with ``max_doc``,
-        the longest document the model takes, which is then ``max_len``): padding documents follow the real ones.
+        the longest document the model takes): padding documents follow the real ones, and ``max_len`` is the
+        longest one rounded up (:func:`.graph_buckets.graph_max_len`).
         """
         real = lengths = np.asarray(lengths, dtype=np.int64)
         if pad_to is not None:
@@ -92,7 +93,8 @@ class Segments:
                 raise ValueError(f"a document of {int(real.max())} tokens is over max_doc {max_doc}")
             lengths = np.concatenate([real, padding_lengths(int(real.sum()), len(real), pad_to)])
         n, total = len(lengths), int(lengths.sum())
-        max_len = int(max_doc) if pad_to is not None else int(lengths.max())  # type: ignore[arg-type]
+        max_len = graph_max_len(int(lengths.max()), int(max_doc)) if pad_to is not None \
+            else int(lengths.max())  # type: ignore[arg-type]
         starts = np.cumsum(lengths) - lengths
         positions = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         pad_slots = np.repeat(np.arange(n, dtype=np.int64) * max_len, lengths) + positions
@@ -176,17 +178,20 @@ def _add_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torc
 
 
 def default_compile_scope(device: torch.device, dtype: torch.dtype) -> str | None:
-    """What packed batching compiles when the caller does not say: the whole body (``"body"``) on CUDA in
-    bf16 / fp16, nothing elsewhere.
+    """What packed batching compiles when the caller does not say: on CUDA in bf16 / fp16 the whole body, captured
+    as a CUDA graph per bucketed batch shape and replayed (``"graphs"``, :mod:`.graph_replay`); nothing elsewhere.
 
     Measured on an H200 (``benchmarks/results/gpu_encode.md``): compiling each residual + LayerNorm step took
     BERT-base from 14,125 to 16,058 docs/s (runs 8-10) but left the host launching 24 compiled calls per batch
-    (busy 70-72 %); the whole body as one compiled call did 16,758 and 16,430 docs/s against 14,833 and 15,117
-    for the per-step compile in the same runs (12, 13), busy 87-89 %. fp32 keeps ATen's kernels (the
-    reference-grade path); on CPU the body is matmul-bound and compiling gained nothing (300 SPLADE-tiny
-    passages: 3.40-3.63 s compiled, 3.42-3.46 s eager).
+    (busy 70-72 %); the whole body as one compiled call (``"body"``) did 16,758 and 16,430 docs/s against 14,833
+    and 15,117 for the per-step compile in the same runs (12, 13), busy 87-89 %, yet still took the host 30-34 ms
+    per 64k-token batch (its 57 ``addmm`` calls alone: 9.4 ms of host time). Replaying graphs: busy
+    91.1 % against 74.6 % (run 16), SPLADE-tiny 18,066 docs/s against 14,889 for ``"body"`` (runs 14, 15), and the
+    ``lsr-os index`` job, whose launching thread shares the interpreter with the reader and writer, 8,200 against
+    7,546 docs/s (run 16). fp32 keeps ATen's kernels (the reference-grade path); on CPU the body is matmul-bound
+    and compiling gained nothing (300 SPLADE-tiny passages: 3.40-3.63 s compiled, 3.42-3.46 s eager).
     """
-    return "body" if device.type == "cuda" and dtype != torch.float32 else None
+    return "graphs" if device.type == "cuda" and dtype != torch.float32 else None
 
 
 def _block_tail(x: torch.Tensor, ctx: torch.Tensor, out_w: torch.Tensor, out_b: torch.Tensor, ln1: tuple,

@@ -289,3 +289,25 @@ def test_settings_the_job_would_ignore_are_refused(tmp_path):
         with pytest.raises(ValueError, match="apply to encoder_runtime torch; onnx-int8 encodes padded batches"):
             IndexJobConfig(**ndjson, encoder_runtime="onnx-int8", **given)
         IndexJobConfig(**ndjson, **given)
+
+
+def test_on_a_gpu_the_warm_up_encodes_the_corpus_passages_to_come(tmp_path, tiny_source_dir, monkeypatch):
+    """CUDA graphs capture one graph per batch shape: the job warms up on the next passages of its own corpus
+    (bad lines left out, from the checkpoint on a resume), so their shapes are captured before the clock."""
+    import opensearch_lsr.encoding.job as job_module
+
+    seen = []
+    monkeypatch.setattr(job_module, "_packed_on_cuda", lambda encoder: True)
+    monkeypatch.setattr(SparseDocumentEncoder, "warm_up", lambda self, *a, **k: seen.append(k.get("sample")) or 0.0)
+    corpus = tmp_path / "c.jsonl"
+    lines = [json.dumps({"_id": f"d{i}", "text": f"passage {i} house"}) for i in range(7)]
+    lines.insert(2, "{not json")
+    corpus.write_text("\n".join(lines) + "\n")
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(tmp_path / "o"),
+                         work_dir=str(tmp_path / "w"), batching="packed", window_docs=2, chunk_docs=3, limit=5)
+    first = run_index_job(cfg, progress=False)
+    assert seen == [[f"passage {i} house" for i in range(4)]]  # 2 * window_docs, the bad line skipped
+    cfg = IndexJobConfig(**{**cfg.__dict__, "limit": None})
+    second = run_index_job(cfg, resume=True, progress=False)
+    assert seen[1] == [f"passage {i} house" for i in range(4, 7)]  # after the checkpoint (line 5)
+    assert first["indexed"] == 4 and second["indexed"] == 7  # the summary counts the whole job

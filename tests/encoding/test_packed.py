@@ -14,7 +14,7 @@ import torch
 from opensearch_lsr.encoding.device_sparse import sparsify
 from opensearch_lsr.encoding.encode_pipeline import PipelinedEncoder
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-from opensearch_lsr.encoding.graph_buckets import GRAPH_TOKEN_GRANULARITY, graph_shape, padding_lengths
+from opensearch_lsr.encoding.graph_buckets import GRAPH_TOKEN_GRANULARITY, graph_max_len, graph_shape, padding_lengths
 from opensearch_lsr.encoding.packed import Segments
 from opensearch_lsr.encoding.packed_layouts import packed_model
 from opensearch_lsr.encoding.packed_runner import PackedRunner
@@ -604,6 +604,18 @@ def test_padded_segments_keep_the_real_documents_first():
     assert real.host_lengths.tolist() == lengths.tolist() and plain.real() is plain
     with pytest.raises(ValueError, match="max_doc"):
         Segments.from_lengths(np.array([70]), torch.device("cpu"), pad_to=graph_shape(70, 1, 64), max_doc=64)
+
+
+def test_attention_is_told_the_batch_longest_document_rounded_to_a_query_block_not_the_model_longest():
+    assert [graph_max_len(n, 512) for n in (1, 128, 129, 300, 511, 512)] == [128, 128, 256, 384, 512, 512]
+    assert graph_max_len(40, 64) == 64  # never past the model's longest
+    with pytest.raises(ValueError, match="max_doc"):
+        graph_max_len(513, 512)
+    lengths = np.array([90, 12, 140, 7])
+    shape = graph_shape(int(lengths.sum()), len(lengths), 512)
+    seg = Segments.from_lengths(lengths, torch.device("cpu"), pad_to=shape, max_doc=512)
+    assert seg.max_len == 256 and int(seg.lengths.max()) <= seg.max_len  # padding documents fit it too
+    assert int(seg.pad_slots.max()) < len(seg.lengths) * seg.max_len
 
 
 @pytest.mark.parametrize("name", ["bert", "roberta"])  # positions from 0, and from padding_idx + 1
