@@ -48,6 +48,7 @@ import harness  # noqa: E402 - benchmarks/harness.py: machine, commit, results f
 
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
 from opensearch_lsr.encoding.packed import Segments, flops_per_token  # noqa: E402
+from opensearch_lsr.encoding.packed_runner import capturing_every_shape  # noqa: E402
 from opensearch_lsr.encoding.token_batches import token_budget_batches  # noqa: E402
 from opensearch_lsr.encoding.tokenizer_process import default_tokenizer_threads  # noqa: E402
 
@@ -475,11 +476,13 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         # shape (one recompile), and 512 texts are one 64k-token batch (run 14 timed that recompile: 1,822 docs/s)
         # CUDA graphs (the default on CUDA) are captured once per bucket: warmed up on every batch, the clock times
         # replays, as the packed_graphs row always did
-        new.encode(texts if default_scope == "graphs" else texts[:2048])
+        with capturing_every_shape(new.runner):  # as the encoder's own warm_up
+            new.encode(texts if default_scope == "graphs" else texts[:2048])
         new.runner.reset_stats()
         _, t = timed(device, new.encode, texts)
         graphs = getattr(new.runner.model, "graph_replay", None)
-        res["packed"] = {**({"cuda_graphs": dataclasses.asdict(graphs.stats)} if graphs is not None else {}), "precision": new.precision, "attention": "varlen" if new.runner.model.use_varlen
+        res["packed"] = {**({"cuda_graphs": dataclasses.asdict(graphs.stats)} if graphs is not None else {}),
+                         "precision": new.precision, "attention": "varlen" if new.runner.model.use_varlen
                          else "padded-sdpa", "compiled": default_compiled,
                          "compile_scope": getattr(new.runner.model, "compile_scope", None),
                          "head_precision": str(getattr(new.runner.model, "head_dtype", "")).removeprefix("torch."),
@@ -497,7 +500,8 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         if word_cache is not None:
             enc.tokenizer_word_cache = word_cache
         # CUDA graphs are captured once per bucket: the warm-up sees every batch, so the clock times replays
-        _, warm = timed(device, enc.encode, texts if compile == "graphs" else texts[:2048])
+        with capturing_every_shape(enc.runner):
+            _, warm = timed(device, enc.encode, texts if compile == "graphs" else texts[:2048])
         if enc.runner is not None:  # cuda_graphs below: what the timed encode captured (none) and replayed
             enc.runner.reset_stats()
         _, t = timed(device, enc.encode, texts)

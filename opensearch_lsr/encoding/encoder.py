@@ -469,22 +469,22 @@ class SparseDocumentEncoder:
         return result
 
     def warm_up(self, texts: int = 512, sample: Sequence[str] = ()) -> float:
-        """Encode ``texts`` synthetic passages of spread lengths once, then ``sample`` (passages of the corpus to
-        come), on CUDA only, and forget the counters.
-
-        The first batches on a GPU pay one-off costs (CUDA context, cuBLAS handles, attention kernels, the allocator's
-        first blocks, a CUDA graph per batch shape: the corpus's own passages give its shapes); a job calls this
-        before its clock starts, as a benchmark warms up before it times. Returns the seconds spent (0 on CPU).
+        """Encode ``texts`` synthetic passages of spread lengths, then ``sample`` (passages of the corpus to come),
+        on CUDA only, and forget the counters. The first batches on a GPU pay one-off costs (CUDA context, cuBLAS
+        handles, attention kernels, the allocator's first blocks, a CUDA graph per batch shape, captured at once
+        here: the corpus's own passages give its shapes); a job calls this before its clock starts, as a benchmark
+        warms up before it times. Returns the seconds spent (0 on CPU).
         """
         import time
+
+        from .packed_runner import capturing_every_shape
         if str(self.device).split(":")[0] != "cuda" or texts <= 0:
             return 0.0
         t0 = time.perf_counter()
         lengths = [8 + (i * 37) % max(9, self.max_length - 8) for i in range(texts)]
         saved = dataclasses.replace(self.stats, by_stage=dict(self.stats.by_stage))
-        self.encode([" ".join(["warm"] * n) for n in lengths])
-        if len(sample):
-            self.encode(list(sample))
+        with capturing_every_shape(self.runner):
+            self.encode([" ".join(["warm"] * n) for n in lengths] + list(sample))
         if self.runner is not None:
             self.runner.reset_stats()
         self.stats = saved

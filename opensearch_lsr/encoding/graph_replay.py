@@ -12,6 +12,15 @@ assert in any thread that autograd did not start (pytorch/pytorch#123177), which
 drives the device (:mod:`.encode_pipeline`'s device thread). ``torch.cuda.graph`` works in any thread of any
 torch this toolkit supports.
 
+A capture is dear beyond its own time: ``torch.cuda.graph`` synchronises the device and empties the device and
+pinned-host caches before it records (torch 2.11-2.13 ``torch/cuda/graphs.py``, ``graph.__enter__``), so the
+batches in flight drain and the next ones allocate afresh (``cudaHostAlloc`` / ``cudaMalloc`` per batch). Which
+shapes a run meets depends on when its tokenized chunks arrive; on an H200 a pass over a corpus already warmed up on
+captured 3 new shapes and the ``lsr-os index`` job 13 (1.2 of its 3.0 s, ``benchmarks/results/gpu_encode.md``,
+run 17). So after a warm-up a shape is captured on its ``capture_after``-th batch; until then the body runs
+without a graph (compiled, one launch per kernel), counted as ``uncaptured``. Warm-ups capture every shape at once
+(:meth:`GraphReplay.capturing_every_shape`).
+
 Every bucket captures into one shared memory pool. That is safe because each replay's output is consumed (the
 vocabulary head is queued on the same stream) before the next replay is queued, so no graph's output is still
 needed when another graph reuses its memory ("Sharing memory across captures" in the notes); the captured
@@ -23,7 +32,9 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +57,8 @@ class GraphStats:
 
     captured: int = 0
     replays: int = 0
+    #: batches run without a graph because their shape had not been seen ``capture_after`` times yet
+    uncaptured: int = 0
     capture_s: float = 0.0
     failed: str | None = None
 
@@ -73,17 +86,32 @@ class GraphReplay:
         body: the packed body, ``(ids, seg) -> [tokens, hidden]``; it must not synchronise with the host.
         capture: how a bucket is recorded (default: :func:`capture_cuda_graph` into one pool, warming up on one
             side stream, so the allocator caches one stream's warm-up blocks; tests pass a stand-in).
+        capture_after: the batch of a shape on which it is captured (earlier ones run the body without a graph).
 
     If a capture fails, :meth:`__call__` warns once and runs ``body`` directly from then on.
     """
 
-    def __init__(self, body: Callable[[torch.Tensor, Any], torch.Tensor], capture: Capture | None = None) -> None:
+    def __init__(self, body: Callable[[torch.Tensor, Any], torch.Tensor], capture: Capture | None = None, *,
+                 capture_after: int = 2) -> None:
+        if capture_after < 1:
+            raise ValueError("capture_after must be >= 1")
         self.body = body
+        self.capture_after = capture_after
+        self._sightings: Counter = Counter()
         if capture is None:
             capture = functools.partial(capture_cuda_graph, pool=torch.cuda.graph_pool_handle(), side=torch.cuda.Stream())
         self.capture: Capture = capture
         self.stats = GraphStats()
         self._graphs: dict[tuple[int, int, int], tuple[torch.Tensor, Any, Callable[[], None], torch.Tensor]] = {}
+
+    @contextmanager
+    def capturing_every_shape(self) -> Iterator[None]:
+        """Within it, each new shape is captured on its first batch (a warm-up, before any clock)."""
+        saved, self.capture_after = self.capture_after, 1
+        try:
+            yield
+        finally:
+            self.capture_after = saved
 
     def reset_stats(self) -> None:
         """Count afresh (after a warm-up); a failed capture's error stays."""
@@ -96,6 +124,10 @@ class GraphReplay:
         key = (int(ids.shape[0]), int(seg.lengths.shape[0]), int(seg.max_len))
         entry = self._graphs.get(key)
         if entry is None:
+            self._sightings[key] += 1
+            if self._sightings[key] < self.capture_after:
+                self.stats.uncaptured += 1
+                return self.body(ids, seg)
             try:
                 entry = self._graphs[key] = self._record(ids, seg)
             except torch.OutOfMemoryError:

@@ -30,7 +30,7 @@ from .token_ids import TokenizedTexts, concat_tokenized
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches", "device_thread_report"]
+__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches", "capturing_every_shape", "device_thread_report"]
 
 #: A tag for :meth:`PackedRunner.stream`: complete every batch in flight before taking the next one.
 FLUSH = object()
@@ -304,6 +304,13 @@ class PackedRunner:
                 for i, v in zip(index.tolist(), vectors):
                     out[i] = v
         return out  # type: ignore[return-value]
+
+
+def capturing_every_shape(runner: PackedRunner | None) -> AbstractContextManager[None]:
+    """For a warm-up: with ``compile="graphs"`` on CUDA, every new batch shape is captured on its first batch
+    (:meth:`.graph_replay.GraphReplay.capturing_every_shape`); nothing otherwise."""
+    graphs = getattr(getattr(runner, "model", None), "graph_replay", None)
+    return graphs.capturing_every_shape() if graphs is not None else nullcontext()
 
 
 def device_thread_report(encoder: Any) -> dict[str, Any]:

@@ -220,8 +220,9 @@ def test_opensearch_backend_retries_and_dead_letters(tmp_path, tiny_source_dir, 
 
 
 def test_a_job_with_the_body_compiled_writes_what_the_eager_job_writes(tmp_path, tiny_source_dir, monkeypatch):
-    """``compile="body"`` (the default on CUDA in bf16) through a whole job, on CPU in fp32: packed batches of many
-    sizes (the shapes the compiled graph meets after its one recompile), the same ids and weights as eager."""
+    """``compile="body"`` (what the CUDA graphs of CUDA's default replay) through a whole job, on CPU in fp32:
+    packed batches of many sizes (the shapes the compiled graph meets after its one recompile), the same ids and
+    weights as eager."""
     from opensearch_lsr.encoding.packed import CompiledStep
 
     calls, call = [], CompiledStep.__call__

@@ -263,8 +263,9 @@ def test_compiled_steps_equal_the_eager_ones(scope):
 
 
 def test_the_whole_body_compiles_with_an_fp16_head_beside_a_bf16_body():
-    """What CUDA runs by default in bf16 (``compile="body"``, the head's transform in fp16 inside the compiled
-    region): it compiles, with no fallback to eager, and computes what the eager steps do within fp16's rounding."""
+    """What CUDA runs by default in bf16 (``compile="graphs"`` replays this body; the head's transform in fp16
+    inside the compiled region): it compiles, with no fallback to eager, and computes what the eager steps do within
+    fp16's rounding."""
     model, _ = _tiny_models()["bert"]
     lengths = np.array([5, 17, 3, 30])
     ids = torch.randint(5, 300, (int(lengths.sum()),))
@@ -296,11 +297,11 @@ def test_a_failing_compile_falls_back_to_eager_steps_with_a_warning(monkeypatch,
     assert torch.equal(run(), expected)  # eager from then on
 
 
-def test_the_body_is_compiled_by_default_for_cuda_bf16_only():
+def test_the_body_is_replayed_as_cuda_graphs_by_default_for_cuda_bf16_fp16_only():
     from opensearch_lsr.encoding.packed import default_compile_scope
 
-    assert default_compile_scope(torch.device("cuda"), torch.bfloat16) == "body"
-    assert default_compile_scope(torch.device("cuda:1"), torch.float16) == "body"
+    assert default_compile_scope(torch.device("cuda"), torch.bfloat16) == "graphs"
+    assert default_compile_scope(torch.device("cuda:1"), torch.float16) == "graphs"
     assert default_compile_scope(torch.device("cuda"), torch.float32) is None
     assert default_compile_scope(torch.device("cpu"), torch.bfloat16) is None
     _, packed, _ = _packed_pair(None)  # None: the default for the model's device (CPU here)
@@ -661,28 +662,24 @@ def _recording_capture(captured: list):
 
 
 def test_graph_replays_equal_the_eager_forward_batch_after_batch(monkeypatch):
-    """One capture per bucket; each later batch of a bucket is copied into the captured inputs and replayed: the
-    vectors are the eager forward's for every batch, in the same run of batches, so a stale input would show."""
+    """A warm-up captures each bucket on its first batch; each later batch of a bucket is copied into the captured
+    inputs and replayed: the vectors are the eager forward's for every batch, in the same run of batches, so a stale
+    input would show."""
     from opensearch_lsr.encoding.graph_replay import GraphReplay
+    from opensearch_lsr.encoding.packed_runner import capturing_every_shape
 
-    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)  # the replay logic, not Inductor, is tested here
-    model, _ = _tiny_models()["bert"]
-    model.eval()
-    with torch.no_grad():
-        graphs = packed_model(model, torch.float32, vocab_chunk=128, compile="graphs")
-        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+    graphs, _, runners, tokens = _graph_and_eager_runners(monkeypatch)
     captured: list = []
     graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured))
-    runners = [PackedRunner(m, activation="relu", special_ids=[0], max_batch_tokens=1000) for m in (graphs, eager)]
-    rng = np.random.default_rng(4)
-    lengths = rng.integers(2, 61, 200)  # about 6,200 tokens: six full batches of 1,000 share a bucket or two
-    tokens = TokenizedTexts(rng.integers(5, 300, int(lengths.sum())), lengths, lengths.copy())
-    got, expected = (r.run(tokens) for r in runners)
+    with capturing_every_shape(runners[0]):
+        got = runners[0].run(tokens)
+    expected = runners[1].run(tokens)
     for a, b in zip(got, expected):
         assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
     batches = runners[0].stats.batches
     stats = graphs.graph_replay.stats
     assert stats.failed is None and stats.replays == batches and 1 <= stats.captured == len(captured) < batches
+    assert stats.uncaptured == 0 and graphs.graph_replay.capture_after == 2  # restored after the warm-up
     # the same again: every bucket is captured already, so these are replays only
     assert [v.ids.tolist() for v in runners[0].run(tokens)] == [v.ids.tolist() for v in got]
     assert stats.captured == len(captured) and stats.replays == 2 * batches
@@ -693,6 +690,46 @@ def test_graph_replays_equal_the_eager_forward_batch_after_batch(monkeypatch):
     assert "cuda_graphs" not in _device_thread(SimpleNamespace(runner=runners[1]))
     runners[0].reset_stats()  # what the encoder's warm-up does: the job's summary counts from there
     assert runners[0].stats.batches == 0 and graphs.graph_replay.stats.captured == graphs.graph_replay.stats.replays == 0
+
+
+def test_after_the_warm_up_a_new_shape_runs_without_a_graph_until_its_second_batch(monkeypatch):
+    """A capture synchronises the device and empties its caches: a shape met once (a part-filled batch) is not
+    worth one. Its first batch runs the body as it is, the next ones are captured and replayed; the vectors are the
+    eager forward's either way."""
+    from opensearch_lsr.encoding.graph_replay import GraphReplay
+
+    graphs, _, runners, tokens = _graph_and_eager_runners(monkeypatch)
+    captured: list = []
+    replay = graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured))
+    got, expected = runners[0].run(tokens), runners[1].run(tokens)
+    for a, b in zip(got, expected):
+        assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
+    batches, stats = runners[0].stats.batches, replay.stats
+    shapes = len(replay._sightings)
+    assert stats.uncaptured == shapes  # each shape's first batch
+    assert stats.captured == len(captured) == sum(n >= 2 for n in replay._sightings.values()) >= 1
+    assert stats.replays == batches - shapes
+    again = runners[0].run(tokens)  # every shape met once already: captured at its next batch, then replayed
+    assert [v.ids.tolist() for v in again] == [v.ids.tolist() for v in got]
+    assert stats.uncaptured == shapes and stats.replays == 2 * batches - shapes and stats.captured == shapes
+    with pytest.raises(ValueError, match="capture_after"):
+        GraphReplay(graphs._body, capture_after=0)
+
+
+def _graph_and_eager_runners(monkeypatch):
+    """A tiny BERT packed with ``compile="graphs"`` (Inductor stubbed out: the replay logic is what is tested) and
+    eagerly, their runners, and about 6,200 tokens: six full batches of 1,000 that share a bucket or two."""
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
+    model, _ = _tiny_models()["bert"]
+    model.eval()
+    with torch.no_grad():
+        graphs = packed_model(model, torch.float32, vocab_chunk=128, compile="graphs")
+        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+    runners = [PackedRunner(m, activation="relu", special_ids=[0], max_batch_tokens=1000) for m in (graphs, eager)]
+    rng = np.random.default_rng(4)
+    lengths = rng.integers(2, 61, 200)
+    tokens = TokenizedTexts(rng.integers(5, 300, int(lengths.sum())), lengths, lengths.copy())
+    return graphs, eager, runners, tokens
 
 
 def test_a_failing_graph_capture_warns_once_and_runs_the_body(monkeypatch, caplog):
