@@ -68,6 +68,35 @@ def test_export_is_cached_and_redone_for_new_weights(tiny_source_dir, tmp_path, 
     _assert_same_vectors(SparseDocumentEncoder(model_dir, device="cpu").encode(TEXTS), changed.encode(TEXTS), 1e-5)
 
 
+def test_int8_weights_keep_7_bits_where_the_cpu_int8_kernels_saturate():
+    from opensearch_lsr.encoding.onnx_backend import int8_weight_bits
+
+    assert int8_weight_bits({"avx2", "fma"}, "x86_64") == 7  # VPMADDUBSW: 16-bit pair sums saturate
+    assert int8_weight_bits({"avx2", "avx512f", "avx512_vnni"}, "x86_64") == 8
+    assert int8_weight_bits({"avx2", "avx_vnni"}, "AMD64") == 8 and int8_weight_bits({"amx_int8"}, "x86_64") == 8
+    assert int8_weight_bits(set(), "aarch64") == 8  # no such kernel there
+    assert int8_weight_bits() in (7, 8)  # this machine, from /proc/cpuinfo
+
+
+def test_an_8_bit_int8_export_is_made_again_on_a_cpu_that_needs_7_bits(tiny_source_dir, tmp_path, monkeypatch):
+    """The export is cached next to the model, which may move between machines: an export with 8-bit weights
+    made where int8 does not saturate is made again on a CPU where it does; a 7-bit one serves everywhere."""
+    import opensearch_lsr.encoding.onnx_backend as ob
+
+    calls, bits = [], [8]
+    real = ob.export_onnx_body
+    monkeypatch.setattr(ob, "export_onnx_body", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(ob, "int8_weight_bits", lambda *a: bits[0])
+    OnnxSparseDocumentEncoder(tiny_source_dir, runtime="onnx-int8", cache_dir=tmp_path, num_threads=1)
+    assert OnnxExportConfig.load(tmp_path / "onnx-int8").int8_weight_bits == 8 and len(calls) == 1
+    bits[0] = 7
+    OnnxSparseDocumentEncoder(tiny_source_dir, runtime="onnx-int8", cache_dir=tmp_path, num_threads=1)
+    assert OnnxExportConfig.load(tmp_path / "onnx-int8").int8_weight_bits == 7 and len(calls) == 2
+    bits[0] = 8
+    OnnxSparseDocumentEncoder(tiny_source_dir, runtime="onnx-int8", cache_dir=tmp_path, num_threads=1)
+    assert len(calls) == 2  # the 7-bit export is kept
+
+
 def test_int8_is_quantized_and_close(splade_tiny_dir, tmp_path):
     import onnx
 

@@ -716,15 +716,21 @@ def test_after_the_warm_up_a_new_shape_runs_without_a_graph_until_its_second_bat
         GraphReplay(graphs._body, capture_after=0)
 
 
-def _graph_and_eager_runners(monkeypatch):
+def _graph_and_eager_models(monkeypatch):
     """A tiny BERT packed with ``compile="graphs"`` (Inductor stubbed out: the replay logic is what is tested) and
-    eagerly, their runners, and about 6,200 tokens: six full batches of 1,000 that share a bucket or two."""
+    eagerly."""
     monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
     model, _ = _tiny_models()["bert"]
     model.eval()
     with torch.no_grad():
-        graphs = packed_model(model, torch.float32, vocab_chunk=128, compile="graphs")
-        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+        return (packed_model(model, torch.float32, vocab_chunk=128, compile="graphs"),
+                packed_model(model, torch.float32, vocab_chunk=128, compile=False))
+
+
+def _graph_and_eager_runners(monkeypatch):
+    """:func:`_graph_and_eager_models`, their runners, and about 6,200 tokens: six full batches of 1,000 that
+    share a bucket or two."""
+    graphs, eager = _graph_and_eager_models(monkeypatch)
     runners = [PackedRunner(m, activation="relu", special_ids=[0], max_batch_tokens=1000) for m in (graphs, eager)]
     rng = np.random.default_rng(4)
     lengths = rng.integers(2, 61, 200)
@@ -735,12 +741,7 @@ def _graph_and_eager_runners(monkeypatch):
 def test_a_failing_graph_capture_warns_once_and_runs_the_body(monkeypatch, caplog):
     from opensearch_lsr.encoding.graph_replay import GraphReplay
 
-    monkeypatch.setattr(torch, "compile", lambda fn, **options: fn)
-    model, _ = _tiny_models()["bert"]
-    model.eval()
-    with torch.no_grad():
-        graphs = packed_model(model, torch.float32, vocab_chunk=128, compile="graphs")
-        eager = packed_model(model, torch.float32, vocab_chunk=128, compile=False)
+    graphs, eager = _graph_and_eager_models(monkeypatch)
 
     def broken(fn):
         fn()
