@@ -18,8 +18,9 @@ Runtime:
   (VNNI, AMX) the weights keep 7 bits (``reduce_range``, :func:`int8_weight_bits`): there ONNX Runtime's
   u8 x s8 kernels add pairs of products in 16 bits with ``VPMADDUBSW``, which saturates (its quantization
   guide, "When and why do I need to try U8U8?"; OpenVINO's "Saturation (overflow) issue"). On a 2-core AVX2
-  EPYC, SPLADE-tiny over 300 Korean passages kept an active-set Jaccard of 0.728 (min 0.633) to fp32 with 8-bit
-  weights, 0.923 (min 0.853) with 7 (``reduce_range``) and 0.927 with u8 weights, at the same speed.
+  EPYC, SPLADE-tiny over 300 Korean passages kept an active-set Jaccard of 0.725 (min 0.633) to fp32 with 8-bit
+  weights, 0.923 (min 0.859) with 7 (``reduce_range``) and 0.927 (min 0.839) with u8 weights, speeds within the
+  machine's noise (``benchmarks/onnx_int8_bits.py``, ``benchmarks/results/onnx_int8_bits.md``).
 
 * ``runtime="openvino"`` compiles the plain (unfused) ONNX export with OpenVINO's CPU plugin at f32
   (``INFERENCE_PRECISION_HINT``: its default on AVX512-BF16/AMX CPUs is bf16, which is *not* equal output);
