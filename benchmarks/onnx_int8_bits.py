@@ -48,7 +48,7 @@ def distance(ref: list, got: list) -> dict:
 
 
 def _encode_with(model: str, texts: list[str], options: dict, threads: int) -> tuple[list, float]:
-    import onnxruntime.quantization as quantization
+    from onnxruntime import quantization
 
     real = quantization.quantize_dynamic
     opts = {k: getattr(quantization.QuantType, v) if k == "weight_type" else v for k, v in options.items()}
