@@ -20,10 +20,11 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
-from harness import ROOT, markdown_table, write_results
 
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+from harness import markdown_table, write_results  # noqa: E402 - benchmarks/harness.py: results files
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder  # noqa: E402
 from opensearch_lsr.encoding.onnx_backend import OnnxSparseDocumentEncoder, int8_weight_bits  # noqa: E402
 from opensearch_lsr.resources import shared_data_dir, splade_tiny_path  # noqa: E402
