@@ -71,7 +71,7 @@ class IndexJobConfig(ArtifactConfig):
     batching: str = "auto"
     max_batch_tokens: int | None = None
     window_docs: int = 4096
-    # packed batching: torch.compile "body", "graphs", "block" or True / "norm" (the encoder's; None: body on CUDA in
+    # packed batching: torch.compile "body", "graphs", "block" or True / "norm" (the encoder's; None: graphs on CUDA in
     # bf16 / fp16)
     compile: bool | str | None = None
     # processes that build and serialise NDJSON documents (None: up to 8 beside a GPU, none on CPU)
