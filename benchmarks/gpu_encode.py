@@ -268,17 +268,24 @@ def gpu_busy_share(enc: SparseDocumentEncoder, texts: list[str]) -> dict | None:
 
 def host_ops(enc: SparseDocumentEncoder, texts: list[str]) -> list[dict]:
     """The launching thread's costliest operators by their own host time (torch profiler, CPU activity) over one
-    ``encode`` of ``texts``: where a launch of several ms per batch goes."""
+    ``encode`` of ``texts``, each with the toolkit's lines that called it (``where``, innermost first): where a
+    launch of several ms per batch goes."""
     from torch.profiler import ProfilerActivity, profile
 
     before = enc.runner.stats.batches
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    verbose = torch._C._profiler._ExperimentalConfig(verbose=True)  # with_stack records Python frames only with it
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True,
+                 experimental_config=verbose) as prof:
         enc.encode(texts)
         sync(enc.device)
     batches = max(1, enc.runner.stats.batches - before)
-    rows = sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:15]
+    ops = [a for a in prof.key_averages(group_by_stack_n=12)  # operators and runtime calls, not Python frames
+           if ".py(" not in a.key and not a.key.startswith("<built-in")]
+    rows = sorted(ops, key=lambda a: -a.self_cpu_time_total)[:15]
     return [{"name": a.key[:80], "per_batch": round(a.count / batches, 2),
-             "self_ms_per_batch": round(a.self_cpu_time_total / 1e3 / batches, 3)} for a in rows]
+             "self_ms_per_batch": round(a.self_cpu_time_total / 1e3 / batches, 3),
+             "where": [frame.split("opensearch_lsr/", 1)[1] for frame in (a.stack or [])
+                       if "opensearch_lsr/" in frame][:3]} for a in rows]
 
 
 def syncs_per_batch(enc: SparseDocumentEncoder, texts: list[str]) -> float | None:

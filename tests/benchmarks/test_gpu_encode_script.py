@@ -59,6 +59,22 @@ def test_gpu_encode_leaves_out_the_no_cache_row_where_the_cache_is_off(shared_da
     assert set(row["section_s"]) == {"setup", "word_cache", "packed_graphs"}
 
 
+def test_host_ops_name_the_costliest_operators_and_the_toolkit_lines_that_called_them(splade_tiny_dir, load_script,
+                                                                                      shared_data):
+    """What the card's profile reads to say where a batch's launch goes (run on CPU here: the same profiler)."""
+    from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
+
+    gpu = load_script("gpu_encode")
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", precision="fp32", batching="packed")
+    with open(shared_data / "msmarco-ko" / "corpus.jsonl", encoding="utf-8") as fh:
+        texts = [json.loads(line)["text"] for line, _ in zip(fh, range(24))]
+    rows = gpu.host_ops(enc, texts)
+    assert rows and all(".py(" not in r["name"] for r in rows)  # operators, not Python frames
+    assert rows == sorted(rows, key=lambda r: -r["self_ms_per_batch"]) and all(r["per_batch"] > 0 for r in rows)
+    head = [r for r in rows if r["name"] == "aten::addmm" and any("head_max" in w for w in r["where"])]
+    assert head and head[0]["where"][0].startswith("encoding/")  # innermost toolkit frame first
+
+
 def test_collector_pauses_counts_the_collections_inside_the_block_only(load_script):
     import gc
 
