@@ -15,9 +15,9 @@ torch this toolkit supports.
 A capture is dear beyond its own time: ``torch.cuda.graph`` synchronises the device and empties the device and
 pinned-host caches before it records (torch 2.11-2.13 ``torch/cuda/graphs.py``, ``graph.__enter__``), so the
 batches in flight drain and the next ones allocate afresh (``cudaHostAlloc`` / ``cudaMalloc`` per batch). Which
-shapes a run meets depends on when its tokenized chunks arrive; on an H200 a pass over a corpus already warmed up on
-captured 3 new shapes and the ``lsr-os index`` job 13 (1.2 of its 3.0 s, ``benchmarks/results/gpu_encode.md``,
-run 17). So after a warm-up a shape is captured on its ``capture_after``-th batch; until then the body runs
+shapes a run meets depends on when its tokenized chunks arrive: on an H200 a timed pass over the corpus the encoder
+had just warmed up on still captured 3 new shapes, and the ``lsr-os index`` job 13 (1.2 of its 3.0 s,
+``benchmarks/results/gpu_encode.md``, run 17). So after a warm-up a shape is captured on its ``capture_after``-th batch; until then the body runs
 without a graph (compiled, one launch per kernel), counted as ``uncaptured``. Warm-ups capture every shape at once
 (:meth:`GraphReplay.capturing_every_shape`).
 
