@@ -1,6 +1,9 @@
 """`lsr-os index`: the resumable batch encoding job (corpus -> sparse vectors -> local / OpenSearch / NDJSON)."""
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import click
 
 from ..engines import connection_options
@@ -177,8 +180,11 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
             options = ray_options(engine, {"workers": workers, "address": address, "calls_per_worker": calls_per_worker,
                                            "num_gpus_per_worker": num_gpus_per_worker,
                                            "cpus_per_worker": cpus_per_worker})
-            summary = run_ray_index_job(config, options, resume=resume, restart=restart, client_factory=factory,
-                                        progress=not no_progress)
+            # Ray forwards its workers' and raylet's lines ("(raylet) A worker died ...") to the driver's sys.stdout
+            # (ray._private.worker.print_to_stdstream): they go to stderr, so stdout carries the summary only
+            with contextlib.redirect_stdout(sys.stderr):
+                summary = run_ray_index_job(config, options, resume=resume, restart=restart, client_factory=factory,
+                                            progress=not no_progress)
         else:
             ray_options(engine, {})  # refuses Ray options typed without --engine ray
             summary = run_index_job(config, resume=resume, restart=restart, client_factory=factory,

@@ -38,3 +38,26 @@ def test_index_compile_takes_a_scope_and_no_compile_turns_it_off(tmp_path, monke
     res = CliRunner().invoke(cli, base + ["--compile", "block", "--no-compile"])
     assert res.exit_code != 0 and "contradict" in res.output and "Traceback" not in res.output
     assert "one compiled call per batch" in " ".join(CliRunner().invoke(cli, ["index", "--help"]).output.split())
+
+
+def test_with_ray_what_ray_prints_goes_to_stderr_and_stdout_is_the_summary(tmp_path, monkeypatch):
+    """Ray forwards its raylet's and workers' lines to the driver's stdout ("(raylet) A worker died ..." after a
+    stopped run broke a test's ``json.loads``): the command's stdout is the JSON summary alone."""
+    import json
+    import sys
+
+    from opensearch_lsr.encoding import ray_job
+
+    def job(config, options, **kw):
+        print("(raylet) A worker died or was killed while executing a task")  # what Ray's log thread does
+        print("a warning", file=sys.stderr)
+        return {"indexed": 3}
+
+    monkeypatch.setattr(ray_job, "run_ray_index_job", job)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "x"}\n')
+    res = CliRunner().invoke(cli, ["index", "--corpus", str(corpus), "--model", "splade-tiny", "--backend", "ndjson",
+                                   "--index", str(tmp_path / "i"), "--engine", "ray"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == {"indexed": 3}
+    assert "(raylet) A worker died" in res.stderr and "a warning" in res.stderr
