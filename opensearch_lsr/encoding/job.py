@@ -336,15 +336,19 @@ class IndexJob:
             except queue.Full:
                 continue
 
+    def _records(self, checkpoint: Checkpoint | None):
+        """The corpus's records (and bad lines) from the checkpoint on."""
+        config = self.config
+        return read_corpus(config.corpus, config.corpus_format, position=checkpoint.position if checkpoint else 0,  # type: ignore[arg-type]
+                           offset=checkpoint.offset if checkpoint else None, invalid_utf8=config.invalid_utf8,  # type: ignore[arg-type]
+                           id_field=config.id_field, text_field=config.corpus_text_field,
+                           title_field=config.corpus_title_field)
+
     def _first_texts(self, checkpoint: Checkpoint | None, n: int) -> list[str]:
         """The texts of the next ``n`` good records from the checkpoint on (read again by the job): what the
         warm-up encodes, so that it meets the batch shapes of this corpus (CUDA graphs capture one per shape)."""
-        config, texts = self.config, []
-        reader = read_corpus(config.corpus, config.corpus_format, position=checkpoint.position if checkpoint else 0,  # type: ignore[arg-type]
-                             offset=checkpoint.offset if checkpoint else None, invalid_utf8=config.invalid_utf8,  # type: ignore[arg-type]
-                             id_field=config.id_field, text_field=config.corpus_text_field,
-                             title_field=config.corpus_title_field)
-        for item in reader:
+        texts: list[str] = []
+        for item in self._records(checkpoint):
             if len(texts) >= n:
                 break
             if not isinstance(item, BadRecord):
@@ -359,10 +363,7 @@ class IndexJob:
         last_pos, last_off = position, checkpoint.offset if checkpoint else None
         records: list[CorpusRecord] = []
         consumed = position
-        reader = read_corpus(config.corpus, config.corpus_format, position=position, offset=last_off,  # type: ignore[arg-type]
-                             invalid_utf8=config.invalid_utf8, id_field=config.id_field,  # type: ignore[arg-type]
-                             text_field=config.corpus_text_field, title_field=config.corpus_title_field)
-        for item in reader:
+        for item in self._records(checkpoint):
             if config.limit and item.position > config.limit:
                 break
             consumed += 1
