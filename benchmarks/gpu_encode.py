@@ -8,15 +8,15 @@ On a CUDA machine it measures, in one run:
   shifted so documents keep about 200 active dimensions, like a trained model) and for SPLADE-tiny, over the
   Korean corpus repeated ``--repeat`` times: docs/s, real tokens/s, model TFLOP/s and % of the peak for the
   padded reference (bf16 autocast, ``--batch-size`` texts per pass in the job's 256-document chunks) and
-  for packed batching (bf16 and fp32), the padded-token share of each, stage times from CUDA events,
-  the GPU-busy share (union of kernel intervals from the torch profiler over the wall time; beside it
-  where the launching thread's other time went: waiting for its next batch, for results, the garbage
-  collector's pauses), host
-  synchronisations per batch (``torch.cuda.set_sync_debug_mode`` warnings, plus the one event wait per
-  batch), peak GPU memory and docs/s at 16k / 32k / 64k token budgets, exactness of packed fp32 against
-  the reference fp32 and of bf16 against fp32, and ``lsr-os index --backend ndjson`` end to end with both
-  batchings (docs/s; encode / build / write split);
-* SPLADE-tiny's dev MRR@10 with bf16 and fp32 documents (``--mrr-dataset``, msmarco-en).
+  for packed batching (its default, fp16 on CUDA; bf16 and fp32), the padded-token share of each, stage
+  times from CUDA events, the GPU-busy share (union of kernel intervals from the torch profiler over the
+  wall time; beside it where the launching thread's other time went: waiting for its next batch, for
+  results, the garbage collector's pauses), host synchronisations per batch
+  (``torch.cuda.set_sync_debug_mode`` warnings, plus the one event wait per batch), peak GPU memory and
+  docs/s at 16k / 32k / 64k token budgets, exactness of packed fp32 against the reference fp32 and of bf16
+  and fp16 against fp32, and ``lsr-os index --backend ndjson`` end to end with both batchings (docs/s;
+  encode / build / write split);
+* SPLADE-tiny's dev MRR@10 with bf16, fp16 and fp32 documents (``--mrr-dataset``, msmarco-en).
 Without CUDA the same code runs on CPU with a 2-layer model and a small corpus (``--quick`` is implied),
 so the test suite exercises it. Results: JSON (``--out``) and a markdown table (``--md``), each with the
 command, machine, commit and date.
@@ -617,31 +617,25 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         res["exact_packed_fp32_vs_reference_fp32"] = {
             **exactness(a, b), "nonfinite_reference": ref32.stats.nonfinite_dropped,
             "nonfinite_packed": new32.stats.nonfinite_dropped}
-        res["bf16_vs_fp32_packed"] = exactness(b, new.encode(subset))
-        res["bf16_vs_fp32_reference"] = exactness(a, ref.encode(subset))
+        res[f"{ref.precision}_vs_fp32_reference"] = exactness(a, ref.encode(subset))  # the padded path's own
         res["fp32_logits_near_zero_per_doc"] = near_zero_per_doc(ref32, subset[:256])
-        if device.type == "cuda":  # fp16: 3 more mantissa bits than bf16 at the same tensor-core rate (CUDA only)
-            new16 = SparseDocumentEncoder(model, device=str(device), precision="fp16", batching="packed")
-            res["fp16_vs_fp32_packed"] = {**exactness(b, new16.encode(subset)),
-                                          "nonfinite_fp16": new16.stats.nonfinite_dropped,
-                                          "overflow_reruns": new16.runner.stats.overflow_reruns}
-            new16.encode(texts[:2048])
-            _, t = timed(device, new16.encode, texts)
-            res["packed_fp16"] = {"precision": "fp16", "compile_scope": getattr(new16.runner.model, "compile_scope",
-                                                                                None), **rate(t)}
-            # bf16 with its head in bf16 too (before default_head_dtype paired bf16 with an fp16 head): the
-            # distance the fp16 head removes, and whether it costs anything (the same tensor-core rate on paper)
-            from opensearch_lsr.encoding.packed_layouts import packed_model
-
-            bf = SparseDocumentEncoder(model, device=str(device), precision="bf16", batching="packed")
-            own = bf.runner.model
-            bf.runner.model = packed_model(bf.model, torch.bfloat16, vocab_chunk=own.vocab_chunk, compile=
-                                           own.compile_scope or False, head_dtype=torch.bfloat16)
-            res["bf16_head_bf16_vs_fp32_packed"] = exactness(b, bf.encode(subset))
-            bf.encode(texts[:2048])
-            _, t = timed(device, bf.encode, texts)
-            res["packed_bf16_head"] = {"precision": "bf16", "head_precision": "bfloat16",
-                                       "compile_scope": own.compile_scope, **rate(t)}
+        # each half precision against fp32 (fp16, 3 more significant bits than bf16 at the same tensor-core rate,
+        # on CUDA only), and the speed of the one that is not the default (precision.resolve_precision)
+        for half in ("bf16", "fp16") if device.type == "cuda" else ("bf16",):
+            enc = new if new.precision == half else SparseDocumentEncoder(model, device=str(device), precision=half,
+                                                                           batching="packed")
+            res[f"{half}_vs_fp32_packed"] = {**exactness(b, enc.encode(subset)),
+                                             "nonfinite_dropped": enc.stats.nonfinite_dropped,
+                                             "overflow_reruns": enc.runner.stats.overflow_reruns}
+            if enc is not new and device.type == "cuda":
+                with capturing_every_shape(enc.runner):
+                    enc.encode(texts)
+                enc.runner.reset_stats()
+                _, t = timed(device, enc.encode, texts)
+                res[f"packed_{half}"] = {"precision": half, "compile_scope": getattr(enc.runner.model,
+                                                                                     "compile_scope", None),
+                                         "head_precision": str(enc.runner.model.head_dtype).removeprefix("torch."),
+                                         **rate(t)}
 
     def end_to_end():
         corpus_file = work / f"{name}-corpus.jsonl"
@@ -711,7 +705,7 @@ def markdown(result: dict) -> str:
              f"Machine: {harness.describe(m)}; transformers {m['transformers']}; commit {m['commit']}; "
              f"{result['date']}  ",
              f"Measured peak ({result['peak_what']}): **{result['peak_tflops']:.0f} TFLOP/s**", "",
-             "## Against the targets (one H100 / H200, the default bf16 encode; `gpu_targets.py`)", "",
+             "## Against the targets (one H100 / H200, the default half-precision encode; `gpu_targets.py`)", "",
              *gpu_targets.markdown(gpu_targets.verdicts(result)), ""]
     for r in result["models"]:
         lines += [f"## {r['model']}: {r.get('docs')} documents, {r.get('mean_tokens')} tokens each, "
@@ -720,7 +714,7 @@ def markdown(result: dict) -> str:
         tok_keys = sorted(k for k in r if k.startswith("packed_tok"))
         for key in ("reference", "packed", "packed_other", "packed_block", "packed_norm", "packed_graphs",
                     "packed_body", "packed_nocache", *tok_keys,
-                    "packed_fp32", "packed_fp16", "packed_bf16_head"):
+                    "packed_fp32", "packed_fp16", "packed_bf16", "packed_bf16_head"):
             row = r.get(key)
             if isinstance(row, dict) and "docs_per_s" in row:
                 tok = row.get("tokenizer") or {}
@@ -742,6 +736,8 @@ def markdown(result: dict) -> str:
                          "packed_nocache": f"packed ({row.get('precision')}), no word cache",
                          "packed_fp32": "packed (fp32)",
                          "packed_fp16": f"packed (fp16, compile={row.get('compile_scope')!r})",
+                         "packed_bf16": f"packed (bf16, head {row.get('head_precision')}, "
+                                        f"compile={row.get('compile_scope')!r})",
                          "packed_bf16_head": f"packed (bf16, head bf16, compile={row.get('compile_scope')!r})"}[key]
                 lines.append(f"| {label} | {row['docs_per_s']:,} | {row['tokens_per_s']:,} | {row['model_tflops']} | "
                              f"{row['pct_of_peak']} | {row.get('padded_share', 0.0):.1%} |")
@@ -781,6 +777,7 @@ def markdown(result: dict) -> str:
                  ("packed fp16 vs fp32", r.get("fp16_vs_fp32_packed")),
                  ("packed bf16 with a bf16 head vs fp32", r.get("bf16_head_bf16_vs_fp32_packed")),
                  ("reference bf16 vs fp32 (the bf16 the reference path ships)", r.get("bf16_vs_fp32_reference")),
+                 ("reference fp32 vs fp32 (the padded path's default here)", r.get("fp32_vs_fp32_reference")),
                  ("lsr-os index --backend ndjson", r.get("ndjson_end_to_end")),
                  ("dev MRR@10 (bf16 / fp16 / fp32 documents)", r.get("mrr_at_10")),
                  ("errors", r.get("errors"))]

@@ -23,10 +23,10 @@ batches without padding, weights cast once, vectors sparsified on the device, se
   length; padding rows repeat a real row of the same doc, which cannot change a max) and keeps only the
   running max, so logits never leave the cache and ``log1p``/``relu`` run on ``[batch, vocab]`` only
   (monotone functions commute with max);
-* uses bf16 autocast on CUDA (``precision="auto"``; packed batches there run the MLM head in fp16,
-  :func:`.packed_layouts.default_head_dtype`); fp32 on CPU, where bf16 matmul without avx512_bf16/AMX is
-  emulated and slower (``precision="bf16"`` still works there, with a warning); ``"fp16"`` (CUDA) is closer
-  to fp32 (``benchmarks/precision_distance.py``), a packed batch that overflows fp16 redone in bf16.
+* computes in what :func:`.precision.resolve_precision` picks for ``precision="auto"``: on CUDA fp16 with packed
+  batching (a batch that overflows fp16 redone in bf16) and bf16 autocast on the padded path; fp32 on CPU,
+  where bf16 matmul without avx512_bf16/AMX is emulated and slower (``precision="bf16"`` still works there, with
+  a warning). A bf16 body runs the MLM head in fp16 on CUDA (:func:`.packed_layouts.default_head_dtype`).
   Several GPUs: :class:`~opensearch_lsr.encoding.parallel.DevicePool`, a process each.
 
 It is a plain callable over a batch of texts, so an engine such as Ray Data can map it
@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from ..contract import FLOAT_MIN_NORMAL, MAX_LENGTH, decode_keys, special_token_ids
+from .precision import Precision, cpu_has_native_bf16, overflow_dtype, resolve_precision
 from .sparse_vector import SparseVector
 from .word_cache import DEFAULT_MAX_WORDS
 
@@ -57,7 +58,6 @@ __all__ = ["Precision", "Batching", "SparseVector", "EncoderStats", "SparseDocum
 
 logger = logging.getLogger(__name__)
 
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
 #: ``packed``: token-budgeted packed batches, weights cast once, sparsified on the device
 #: (:mod:`.packed_runner`); ``padded``: length-sorted padded batches under autocast, sparsified on the
 #: host (the reference); ``auto``: packed where the model's layout is known, padded otherwise.
@@ -81,15 +81,6 @@ def count_tokens(tokenizer, texts: Sequence[str]) -> list[int]:
     enc = tokenizer(list(texts), add_special_tokens=True, truncation=False,
                     return_attention_mask=False, return_token_type_ids=False, verbose=False)
     return [len(x) for x in enc["input_ids"]]
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether oneDNN has native bf16 kernels on this CPU (AVX512-BF16 / AMX); without them bf16
-    matmuls are emulated and slower than fp32."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 class _Head(NamedTuple):
@@ -150,8 +141,9 @@ class SparseDocumentEncoder:
         model: a ``SparseEncoder`` directory (HF masked LM at its root), a plain masked-LM dir, a hub
             id, or the ``splade-tiny`` alias.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ... (default: cuda when available).
-        precision: ``"auto"`` (bf16 autocast on CUDA with bf16 support, else fp32), ``"fp32"``,
-            ``"bf16"`` or ``"fp16"`` (autocast; the pooled weights are returned in float32).
+        precision: ``"auto"`` (on CUDA fp16 for packed batching, bf16 for padded; fp32 on CPU:
+            :func:`.precision.resolve_precision`), ``"fp32"``, ``"bf16"`` or ``"fp16"`` (the pooled weights are
+            returned in float32).
         batch_size: texts per forward pass (after sorting by length).
         max_length: token cap, special tokens included (OpenSearch/DJL: 512).
         vocab_chunk: vocabulary rows per decoder matmul (cache-sized; larger on GPU).
@@ -211,7 +203,11 @@ class SparseDocumentEncoder:
         self.activation = pooling.get("activation_function", "relu")
         if self.activation not in ("relu", "log1p_relu"):
             raise ValueError(f"{model}: SpladePooling activation {self.activation!r} is not relu or log1p_relu")
-        self.precision = self._resolve_precision(precision)
+        self.precision = resolve_precision(precision, self.device, packed=batching != "padded")
+        #: what the padded path computes in (``encode_dense`` always; ``encode`` without packed batching): for "auto"
+        #: bf16's range where packed batching would run fp16, since nothing re-encodes an fp16 overflow there
+        self.padded_precision = resolve_precision("auto", self.device, packed=False) if precision == "auto" \
+            else self.precision
         self.batch_size = int(batch_size)
         self.max_length = int(min(max_length, self.model.config.max_position_embeddings))
         on_gpu = self.device.type == "cuda"
@@ -229,7 +225,8 @@ class SparseDocumentEncoder:
 
     # ------------------------------------------------------------------ set-up helpers
     def _packed_runner(self, batching: Batching, max_batch_tokens: int | None, compile: bool | str | None = None):
-        """The packed runner for ``batching`` (``None``: the padded reference path encodes)."""
+        """The packed runner for ``batching`` (``None``: the padded reference path encodes, in
+        :attr:`padded_precision`)."""
         from .packed import default_vocab_chunk
         from .packed_layouts import default_head_dtype, packed_model
         from .packed_runner import PackedRunner
@@ -254,10 +251,11 @@ class SparseDocumentEncoder:
                 logger.warning("%s: no packed layout for this model; encoding padded batches",
                                type(self.model).__name__)
             self.batching = "padded"
+            self.precision = self.padded_precision
             return None
         self.batching = "packed"
         packed.max_doc_tokens = min(packed.max_doc_tokens, self.max_length)  # graph batches' attention length
-        safe = torch.bfloat16 if not on_gpu or torch.cuda.is_bf16_supported() else torch.float32  # fp32's range
+        safe = overflow_dtype(self.device)
         fallback = None if torch.float16 not in (dtype, packed.head_dtype) else (lambda: packed_model(
             self.model, safe, vocab_chunk=chunk, segment_max=packed.segment_max, row_block=packed.row_block,
             compile=False, head_dtype=safe))
@@ -289,23 +287,11 @@ class SparseDocumentEncoder:
             self._background.close()
             self._background = None
 
-    def _resolve_precision(self, precision: Precision) -> Precision:
-        if precision == "auto":
-            if self.device.type == "cuda" and torch.cuda.is_bf16_supported():
-                return "bf16"
-            return "fp32"
-        if precision == "fp16" and self.device.type == "cpu":
-            raise ValueError("fp16 autocast is for CUDA; use fp32 (default) or bf16 on CPU")
-        if precision == "bf16" and self.device.type == "cpu" and not cpu_has_native_bf16():
-            logger.warning("this CPU (%s) has no native bf16 (AVX512-BF16/AMX): bf16 autocast runs emulated "
-                           "and is slower than fp32; 'auto' would pick fp32",
-                           torch.backends.cpu.get_cpu_capability())
-        return precision
-
     def _autocast(self):
-        if self.precision == "fp32":
+        """The padded path's autocast region (:attr:`padded_precision`)."""
+        if self.padded_precision == "fp32":
             return torch.autocast(self.device.type, enabled=False)
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        dtype = torch.bfloat16 if self.padded_precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
     @property
@@ -569,7 +555,7 @@ class MilcoDocumentEncoder(SparseDocumentEncoder):
         self.head = _Head(lambda ids, m: body(input_ids=ids, attention_mask=m).last_hidden_state,
                           self.lexecho.pivot_hidden, self.lexecho.decoder.weight, self.lexecho.decoder.bias)
         self.activation = "relu"
-        self.precision = self._resolve_precision(precision)
+        self.precision = self.padded_precision = resolve_precision(precision, self.device, packed=False)
         self.batch_size = int(batch_size)
         self.max_length = int(min(max_length, self.model.max_seq_length or MAX_LENGTH))
         on_gpu = self.device.type == "cuda"

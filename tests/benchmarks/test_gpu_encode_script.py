@@ -126,16 +126,17 @@ def test_dev_mrr_ranks_by_dot_product_and_scores_the_first_relevant_hit(load_scr
 
 def test_targets_are_judged_from_a_card_run_at_their_thresholds(load_script):
     """A CUDA result built by hand: each target met just at its threshold, missed just past it, and a left-out
-    section or a non-bf16 default says so instead of a verdict."""
+    section or an fp32 default says so instead of a verdict; with an fp16 default, bf16's distance keeps its own
+    row."""
     targets = load_script("gpu_targets")
 
-    def bert(busy: float, pct: float, share: float, jaccard: float) -> dict:
+    def bert(busy: float, pct: float, share: float, jaccard: float, precision: str = "bf16") -> dict:
         return {"model": "bert-base-random (ko vocab, 12 x 768)", "gpu_busy_share": busy, "host_syncs_per_batch": 1.0,
-                "packed": {"precision": "bf16", "pct_of_peak": pct, "docs_per_s": 16000.0, "padded_share": 0.0},
+                "packed": {"precision": precision, "pct_of_peak": pct, "docs_per_s": 16000.0, "padded_share": 0.0},
                 "reference": {"docs_per_s": 2000.0}, "speedup_packed_over_reference": 8.0,
                 "token_budgets": {"32768": {"peak_gpu_gb": 2.3}},
                 "ndjson_end_to_end": {"packed": {"docs_per_s": 11200.0, "share_of_encode_only": share}},
-                "bf16_vs_fp32_packed": {"jaccard_mean": jaccard, "max_abs_dw": 0.02}}
+                f"{precision}_vs_fp32_packed": {"jaccard_mean": jaccard, "max_abs_dw": 0.02}}
 
     def judged(result: dict) -> dict:
         return {(v.target.split(":")[0][:24], v.model[:6]): v.met for v in targets.verdicts(result)}
@@ -144,15 +145,26 @@ def test_targets_are_judged_from_a_card_run_at_their_thresholds(load_script):
                                                                        "padded_share": 0.0},
             "packed_fp32": {"docs_per_s": 15001.0}}
     at = judged({"device": "cuda", "models": [bert(0.90, 40.0, 0.70, 0.99), tiny]})
-    assert at[("bf16 encode >= 40 % of t", "bert-b")] and at[("GPU busy >= 90 % of the ", "bert-b")]
+    assert at[("half-precision encode >=", "bert-b")] and at[("GPU busy >= 90 % of the ", "bert-b")]
     assert at[("`lsr-os index --backend ", "bert-b")] and at[("bf16 against fp32", "bert-b")]
-    assert at[("SPLADE-tiny >= 15k docs/", "splade")] and at[("SPLADE-tiny bf16 >= fp32", "splade")] is False
+    assert at[("the default half precisi", "bert-b")]
+    assert at[("SPLADE-tiny >= 15k docs/", "splade")] and at[("SPLADE-tiny half precisi", "splade")] is False
     assert at[("fp32 against the referen", "bert-b")] is None  # exactness section left out: not judged
     past = judged({"device": "cuda", "models": [bert(0.899, 39.99, 0.699, 0.9899)]})
-    assert not any(past[(k, "bert-b")] for k in ("bf16 encode >= 40 % of t", "GPU busy >= 90 % of the ",
-                                                 "`lsr-os index --backend ", "bf16 against fp32"))
+    assert not any(past[(k, "bert-b")] for k in ("half-precision encode >=", "GPU busy >= 90 % of the ",
+                                                 "`lsr-os index --backend ", "bf16 against fp32",
+                                                 "the default half precisi"))
+    fp16_card = bert(0.95, 45.0, 0.8, 0.995, "fp16")  # the default on CUDA: bf16's distance is judged on its own row
+    fp16_card["bf16_vs_fp32_packed"] = {"jaccard_mean": 0.984, "max_abs_dw": 0.017}
+    fp16_card["packed_bf16"] = {"pct_of_peak": 42.1, "docs_per_s": 15000.0}
+    found = {v.target.split(":")[0]: v for v in targets.verdicts({"device": "cuda", "models": [fp16_card]})}
+    assert found["the default half precision against fp32"].met and "fp16: Jaccard 0.9950" in found[
+        "the default half precision against fp32"].measured
+    assert found["bf16 against fp32"].met is False and "bf16: Jaccard 0.9840" in found["bf16 against fp32"].measured
+    peak = found["half-precision encode >= 40 % of the measured peak"]
+    assert peak.met and peak.measured.startswith("fp16 45.0 %") and "bf16 42.1 %" in peak.measured
     fp32_card = bert(0.95, 45.0, 0.8, 1.0)
     fp32_card["packed"]["precision"] = "fp32"
     (peak,) = [v for v in targets.verdicts({"device": "cuda", "models": [fp32_card]}) if "peak" in v.target
                and "40" in v.target]
-    assert peak.met is None and "not bf16" in peak.measured
+    assert peak.met is None and "not bf16 / fp16" in peak.measured

@@ -87,6 +87,13 @@ def test_fp16_is_closer_to_fp32_than_bf16_and_keeps_a_bf16_fallback_for_overflow
     assert enc.runner.stats.overflow_reruns == 0 and enc.runner.fallback().dtype == torch.bfloat16
 
 
+def test_auto_is_fp16_with_packed_batching_and_keeps_bf16s_range_when_padded(splade_tiny_dir):
+    packed = SparseDocumentEncoder(splade_tiny_dir, device="cuda")
+    padded = SparseDocumentEncoder(splade_tiny_dir, device="cuda", batching="padded")
+    assert packed.batching == "packed" and packed.precision == "fp16" and packed.runner.fallback is not None
+    assert padded.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
+
+
 def test_bf16_packs_an_fp16_head_that_lies_closer_to_fp32_than_a_bf16_one(splade_tiny_dir):
     """On CUDA bf16 runs the MLM head in fp16 (``default_head_dtype``): the same speed on tensor cores, three
     more significant bits where the sign of a logit decides whether an id is kept."""
