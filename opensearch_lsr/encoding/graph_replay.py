@@ -2,23 +2,23 @@
 
 With ``compile="graphs"`` (:class:`~.packed.PackedMLM`) every batch is padded to a bucket's shape
 (:mod:`.graph_buckets`). A bucket's first batch warms the (compiled) body up on a side stream and captures it
-with ``torch.cuda.graph`` (the recipe of PyTorch's CUDA-graphs notes); later batches of that bucket copy their
+there (the recipe of PyTorch's CUDA-graphs notes, :func:`capture_cuda_graph`); later batches of that bucket copy their
 ids and index tensors into the captured inputs and replay the graph: one launch for the whole body, and no
 Dynamo guard evaluated per batch.
 
 Why by hand rather than ``torch.compile(mode="reduce-overhead")``: its CUDA-graph trees keep their state per
 Python thread, and until pytorch/pytorch#184357 (merged June 2026; the card runs so far had torch 2.11) they
 assert in any thread that autograd did not start (pytorch/pytorch#123177), which is where ``lsr-os index``
-drives the device (:mod:`.encode_pipeline`'s device thread). ``torch.cuda.graph`` works in any thread of any
+drives the device (:mod:`.encode_pipeline`'s device thread). ``torch.cuda.CUDAGraph`` works in any thread of any
 torch this toolkit supports.
 
-A capture is dear beyond its own time: ``torch.cuda.graph`` synchronises the device and empties the device and
-pinned-host caches before it records (torch 2.11-2.13 ``torch/cuda/graphs.py``, ``graph.__enter__``), so the
-batches in flight drain and the next ones allocate afresh (``cudaHostAlloc`` / ``cudaMalloc`` per batch). Which
-shapes a run meets depends on when its tokenized chunks arrive: on an H200 a timed pass over the corpus the encoder
-had just warmed up on still captured 3 new shapes, and the ``lsr-os index`` job 13 (1.2 of its 3.0 s,
-``benchmarks/results/gpu_encode.md``, run 17). So after a warm-up a shape is captured on its ``capture_after``-th batch; until then the body runs
-without a graph (compiled, one launch per kernel), counted as ``uncaptured``. Warm-ups capture every shape at once
+A capture is dear beyond its own time: it synchronises the device, so the batches in flight drain (and
+``torch.cuda.graph`` also empties the device and pinned-host caches before it records, so the next batches
+allocate afresh: :func:`capture_cuda_graph` records without that). Which shapes a run meets depends on when its
+tokenized chunks arrive: on an H200 a timed pass over the corpus the encoder had just warmed up on still captured
+3 new shapes, and the ``lsr-os index`` job 13 (1.2 of its 3.0 s, ``benchmarks/results/gpu_encode.md``, run 17).
+So after a warm-up a shape is captured on its ``capture_after``-th batch; until then the body runs without a graph
+(compiled, one launch per kernel), counted as ``uncaptured``. Warm-ups capture every shape at once
 (:meth:`GraphReplay.capturing_every_shape`).
 
 Every bucket captures into one shared memory pool. That is safe because each replay's output is consumed (the
@@ -34,7 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,16 +66,32 @@ class GraphStats:
 def capture_cuda_graph(fn: Callable[[], torch.Tensor], pool: Any, side: torch.cuda.Stream,
                        warmup: int = 2) -> tuple[Callable[[], None], torch.Tensor]:
     """Warm ``fn`` up on the ``side`` stream (first calls compile, allocate workspaces, pick kernels), then capture
-    it into a ``torch.cuda.CUDAGraph`` drawing from ``pool``; returns the graph's ``replay`` and its output."""
+    it on that stream into a ``torch.cuda.CUDAGraph`` drawing from ``pool``; returns the graph's ``replay`` and its
+    output.
+
+    The recording is ``torch.cuda.graph``'s (torch 2.11-2.13 ``torch/cuda/graphs.py``: synchronise, then
+    ``capture_begin`` / ``capture_end`` on a side stream) without what its ``__enter__`` does first: empty the
+    device's and the pinned host memory's caches. Those free every cached block, so the batches after a capture
+    allocate afresh, and ``cudaFree`` / ``cudaFreeHost`` synchronise the device (run 17's profile: 1.6 ``cudaFree``
+    and 2.6 ``cudaFreeHost`` per batch after three captures). The host cache is emptied for graphs that read
+    pinned host memory (pytorch/pytorch#167507, #171270); the body reads device tensors only."""
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    # thread_local: only this thread's CUDA calls are checked while it captures (the job's other threads go on)
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-        out = fn()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        # thread_local: only this thread's CUDA calls are checked while it captures (the job's other threads go on)
+        graph.capture_begin(pool, capture_error_mode="thread_local")
+        try:
+            out = fn()
+        except BaseException:
+            with suppress(Exception):  # end the failed capture, so the stream captures no more
+                graph.capture_end()
+            raise
+        graph.capture_end()
     return graph.replay, out
 
 

@@ -94,6 +94,21 @@ def test_auto_is_fp16_with_packed_batching_and_keeps_bf16s_range_when_padded(spl
     assert padded.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
 
 
+def test_the_default_captures_cuda_graphs_and_replays_what_the_compiled_body_computes(splade_tiny_dir):
+    """The default on CUDA replays one CUDA graph per batch shape (a shape is captured on its second batch): no
+    capture failed (which would fall back to the body without graphs, with a warning only)."""
+    graphs = SparseDocumentEncoder(splade_tiny_dir, device="cuda")
+    body = SparseDocumentEncoder(splade_tiny_dir, device="cuda", compile="body")
+    graphs.encode(TEXTS)
+    replayed = graphs.encode(TEXTS)
+    stats = graphs.runner.model.graph_replay.stats
+    assert stats.failed is None and stats.captured >= 1 and stats.replays >= 1
+    reference = body.encode(TEXTS)
+    assert _jaccard(replayed, reference) > 0.99
+    assert max(np.abs(x.weights[np.isin(x.ids, y.ids)] - y.weights[np.isin(y.ids, x.ids)]).max(initial=0.0)
+               for x, y in zip(replayed, reference)) <= 1e-2
+
+
 def test_bf16_packs_an_fp16_head_that_lies_closer_to_fp32_than_a_bf16_one(splade_tiny_dir):
     """On CUDA bf16 runs the MLM head in fp16 (``default_head_dtype``): the same speed on tensor cores, three
     more significant bits where the sign of a logit decides whether an id is kept."""
