@@ -24,7 +24,11 @@ So after a warm-up a shape is captured on its ``capture_after``-th batch; until 
 Every bucket captures into one shared memory pool. That is safe because each replay's output is consumed (the
 vocabulary head is queued on the same stream) before the next replay is queued, so no graph's output is still
 needed when another graph reuses its memory ("Sharing memory across captures" in the notes); the captured
-outputs themselves stay allocated, one ``[tokens, hidden]`` tensor per bucket.
+outputs themselves stay allocated, one ``[tokens, hidden]`` tensor in the head's dtype per bucket (96 MiB for
+BERT-base at 64k tokens in fp16). A long job whose source often runs dry meets many part-filled batches, so at most ``max_graphs``
+shapes are captured (the first to qualify; the warm-up's come first), and batches of any other shape run the body
+without a graph (``uncaptured``): the Korean passages need 9 at a 64k budget (``graph_buckets`` in
+``gpu_encode.py``'s results).
 """
 from __future__ import annotations
 
@@ -57,7 +61,8 @@ class GraphStats:
 
     captured: int = 0
     replays: int = 0
-    #: batches run without a graph because their shape had not been seen ``capture_after`` times yet
+    #: batches run without a graph: their shape had not been seen ``capture_after`` times yet, or ``max_graphs`` were
+    #: captured already
     uncaptured: int = 0
     capture_s: float = 0.0
     failed: str | None = None
@@ -103,16 +108,18 @@ class GraphReplay:
         capture: how a bucket is recorded (default: :func:`capture_cuda_graph` into one pool, warming up on one
             side stream, so the allocator caches one stream's warm-up blocks; tests pass a stand-in).
         capture_after: the batch of a shape on which it is captured (earlier ones run the body without a graph).
+        max_graphs: the most shapes captured (each keeps its output allocated); later shapes run without a graph.
 
     If a capture fails, :meth:`__call__` warns once and runs ``body`` directly from then on.
     """
 
     def __init__(self, body: Callable[[torch.Tensor, Any], torch.Tensor], capture: Capture | None = None, *,
-                 capture_after: int = 2) -> None:
-        if capture_after < 1:
-            raise ValueError("capture_after must be >= 1")
+                 capture_after: int = 2, max_graphs: int = 32) -> None:
+        if capture_after < 1 or max_graphs < 1:
+            raise ValueError("capture_after and max_graphs must be >= 1")
         self.body = body
         self.capture_after = capture_after
+        self.max_graphs = max_graphs
         self._sightings: Counter = Counter()
         if capture is None:
             capture = functools.partial(capture_cuda_graph, pool=torch.cuda.graph_pool_handle(), side=torch.cuda.Stream())
@@ -141,7 +148,7 @@ class GraphReplay:
         entry = self._graphs.get(key)
         if entry is None:
             self._sightings[key] += 1
-            if self._sightings[key] < self.capture_after:
+            if self._sightings[key] < self.capture_after or len(self._graphs) >= self.max_graphs:
                 self.stats.uncaptured += 1
                 return self.body(ids, seg)
             try:

@@ -764,3 +764,25 @@ def test_graph_batches_tell_attention_the_encoders_longest_document(splade_tiny_
     enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batching="packed", max_length=128)
     assert enc.runner.model.max_doc_tokens == 128
     assert packed_model(_tiny_models()["roberta"][0], torch.float32, vocab_chunk=128).max_doc_tokens == 68
+
+
+def test_no_more_than_max_graphs_shapes_are_captured_and_the_rest_run_without_a_graph(monkeypatch):
+    """Each captured shape keeps its output allocated: past ``max_graphs`` shapes, batches of a new shape run the body
+    as it is, with the eager forward's vectors."""
+    from opensearch_lsr.encoding.graph_replay import GraphReplay
+    from opensearch_lsr.encoding.packed_runner import capturing_every_shape
+
+    graphs, _, runners, tokens = _graph_and_eager_runners(monkeypatch)
+    captured: list = []
+    replay = graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured), max_graphs=1)
+    with capturing_every_shape(runners[0]):
+        got = runners[0].run(tokens)
+    for a, b in zip(got, runners[1].run(tokens)):
+        assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
+    shapes, batches = len(replay._sightings), runners[0].stats.batches
+    assert shapes >= 2  # the test needs batches of several shapes
+    stats = replay.stats
+    assert stats.captured == len(captured) == len(replay._graphs) == 1
+    assert stats.uncaptured + stats.replays == batches and stats.uncaptured >= shapes - 1
+    with pytest.raises(ValueError, match="max_graphs"):
+        GraphReplay(graphs._body, max_graphs=0)
