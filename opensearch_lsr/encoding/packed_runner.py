@@ -102,8 +102,13 @@ class PackedRunner:
         special_ids: ids zeroed in every vector (the export does the same).
         max_batch_tokens: real tokens per forward pass.
         depth: batches launched before the oldest one's result is taken (>= 1).
-        fallback: builds the model for batches whose weights came out non-finite (see :meth:`_take`).
+        fallback: builds the model for batches whose weights came out non-finite (see :meth:`_take`); it encodes
+            every batch once most overflow (:attr:`OVERFLOWS_BEFORE_SWITCH`).
     """
+
+    #: after this many re-encoded batches, if they are more than half of all batches, the fallback model encodes
+    #: every batch (a model whose activations overflow fp16 everywhere would otherwise be paid twice per batch)
+    OVERFLOWS_BEFORE_SWITCH = 8
 
     #: keep the objects alive when an encode starts from the cycle collector until it ends (its full passes stall
     #: the launching thread; :meth:`heap_frozen`, :mod:`.gc_freeze`)
@@ -115,7 +120,8 @@ class PackedRunner:
             raise ValueError("max_batch_tokens and depth must be >= 1")
         self.model = model
         #: builds (once, on first need) the model that encodes a batch again when its weights came out NaN / inf:
-        #: with fp16 compute, where activations past 65,504 overflow, a bf16 model (fp32's range)
+        #: with fp16 compute, where activations past 65,504 overflow, a bf16 model (fp32's range; fp32 without bf16,
+        #: :func:`.precision.overflow_dtype`)
         self.fallback = fallback
         self._fallback_model: PackedMLM | None = None
         self.device = model.device
@@ -206,6 +212,12 @@ class PackedRunner:
             logger.warning("the fallback model gave %d NaN / inf weights too: the model outputs them itself; no more "
                            "batches are encoded again, their non-finite weights are dropped and counted", still)
             self.fallback = None
+        elif self.model is not self._fallback_model and self.stats.overflow_reruns >= self.OVERFLOWS_BEFORE_SWITCH \
+                and 2 * self.stats.overflow_reruns > self.stats.batches:
+            logger.warning("%d of %d batches overflowed and were encoded twice: the fallback model encodes every batch "
+                           "from now on (head %s)", self.stats.overflow_reruns, self.stats.batches,
+                           str(self._fallback_model.head_dtype).removeprefix("torch."))
+            self.model = self._fallback_model  # batches still in flight on the old model are encoded again as before
         return vectors, still
 
     def heap_frozen(self) -> AbstractContextManager[None]:

@@ -341,13 +341,12 @@ def test_packed_encoder_equals_the_padded_reference(model_fixture, request):
     assert dense.shape[1] == new.vocab_size
 
 
-def test_a_batch_whose_weights_come_out_non_finite_is_encoded_again_by_the_fallback(tiny_source_dir, caplog):
-    """fp16 overflows past 65,504: such a batch is encoded again by the fallback model (bf16 on a GPU); a model that
-    outputs NaN itself gets one retry, then its non-finite weights are dropped and counted as before."""
+def _clean_and_broken_models(model_dir):
+    """An encoder of 64-token batches, its packed model, the same model with one id's bias NaN (what an fp16
+    overflow gives), that id, and a factory of runners like the encoder's."""
     import copy
-    import logging
 
-    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="packed", max_batch_tokens=64)
+    enc = SparseDocumentEncoder(model_dir, device="cpu", batching="packed", max_batch_tokens=64)
     clean = enc.runner.model
     bad = next(i for i, k in enumerate(enc.keys) if k and i not in enc.special_ids)
     broken_hf = copy.deepcopy(enc.model)
@@ -355,12 +354,21 @@ def test_a_batch_whose_weights_come_out_non_finite_is_encoded_again_by_the_fallb
         broken_hf.get_output_embeddings().bias[bad] = float("nan")
     broken = packed_model(broken_hf, torch.float32, vocab_chunk=clean.vocab_chunk, segment_max=clean.segment_max,
                           row_block=clean.row_block, compile=False)
-    tokens = enc.once_tokenizer(TEXTS)
 
     def runner(model, fallback=None) -> PackedRunner:
         return PackedRunner(model, activation=enc.activation, special_ids=enc.special_ids, max_batch_tokens=64,
                             fallback=fallback)
 
+    return enc, clean, broken, bad, runner
+
+
+def test_a_batch_whose_weights_come_out_non_finite_is_encoded_again_by_the_fallback(tiny_source_dir, caplog):
+    """fp16 overflows past 65,504: such a batch is encoded again by the fallback model (bf16 on a GPU); a model that
+    outputs NaN itself gets one retry, then its non-finite weights are dropped and counted as before."""
+    import logging
+
+    enc, clean, broken, bad, runner = _clean_and_broken_models(tiny_source_dir)
+    tokens = enc.once_tokenizer(TEXTS)
     expected = runner(clean).run(tokens)
     built = []
     rescued = runner(broken, lambda: built.append(1) or clean)
@@ -764,6 +772,26 @@ def test_graph_batches_tell_attention_the_encoders_longest_document(splade_tiny_
     enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batching="packed", max_length=128)
     assert enc.runner.model.max_doc_tokens == 128
     assert packed_model(_tiny_models()["roberta"][0], torch.float32, vocab_chunk=128).max_doc_tokens == 68
+
+
+def test_when_most_batches_overflow_the_fallback_model_encodes_every_batch(tiny_source_dir, caplog):
+    """A model whose activations overflow fp16 in every batch would be paid twice per batch: after
+    ``OVERFLOWS_BEFORE_SWITCH`` re-encoded batches, more than half of all, the fallback model takes over; the batches
+    already in flight on the old one are re-encoded as before, so the vectors are the clean model's throughout."""
+    import logging
+
+    enc, clean, broken, _, runner = _clean_and_broken_models(tiny_source_dir)
+    tokens = enc.once_tokenizer(TEXTS * 8)
+    expected = runner(clean).run(tokens)
+    switching = runner(broken, lambda: clean)
+    with caplog.at_level(logging.WARNING, logger="opensearch_lsr.encoding.packed_runner"):
+        got = switching.run(tokens)
+    for x, y in zip(expected, got):
+        assert np.array_equal(x.ids, y.ids) and np.array_equal(x.weights, y.weights)
+    limit, stats = PackedRunner.OVERFLOWS_BEFORE_SWITCH, switching.stats
+    assert switching.model is clean and stats.nonfinite_dropped == 0
+    assert limit <= stats.overflow_reruns <= limit + switching.depth < stats.batches
+    assert "the fallback model encodes every batch from now on" in caplog.text
 
 
 def test_no_more_than_max_graphs_shapes_are_captured_and_the_rest_run_without_a_graph(monkeypatch):
