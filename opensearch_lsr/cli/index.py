@@ -74,12 +74,13 @@ __all__ = ["index_command"]
               help="auto: on CUDA fp16 with packed batching (bf16 for --batching padded; fp32 on cards "
                    "without tensor cores or bf16), else fp32 (CPUs without AVX512-BF16/AMX emulate bf16 and are "
                    "slower in it). Neither half precision is equal output. fp16 has 3 more significant bits than "
-                   "bf16 at the same tensor-core rate: on an H200 (BERT-base shape) 17,838 docs/s against 17,306-17,359 "
-                   "in bf16, active-set Jaccard to fp32 0.995 against 0.984; it overflows past 65,504, and packed "
-                   "batching encodes such a batch again in bf16 (counted in the summary's "
-                   "encoder.overflow_reruns). bf16 keeps fp32's range; on CUDA its packed batches run the MLM "
-                   "head in fp16. With --encoder-runtime openvino, bf16 compiles the body at bf16 too (the "
-                   "fastest encoder on CPUs with AVX512-BF16/AMX).")
+                   "bf16 at the same tensor-core rate: on an H200 (BERT-base shape) 17,838 docs/s against "
+                   "17,306-17,359 in bf16, active-set Jaccard to fp32 0.995 against 0.984; it overflows past "
+                   "65,504, and packed batching encodes such a batch again in bf16 (counted in the summary's "
+                   "encoder.overflow_reruns; once most batches overflow, bf16 encodes them all). bf16 keeps "
+                   "fp32's range; on CUDA its packed batches run the MLM head in fp16. With --encoder-runtime "
+                   "openvino, bf16 compiles the body at bf16 too (the fastest encoder on CPUs with "
+                   "AVX512-BF16/AMX).")
 @click.option("--text-field", default="text", show_default=True, help="Text field of the indexed documents.")
 @click.option("--sparse-field", default="sparse_embedding", show_default=True, help="Sparse field of the documents.")
 @click.option("--limit", type=int, default=None,

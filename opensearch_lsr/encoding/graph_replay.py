@@ -2,8 +2,8 @@
 
 With ``compile="graphs"`` (:class:`~.packed.PackedMLM`) every batch is padded to a bucket's shape
 (:mod:`.graph_buckets`). A bucket's first batch warms the (compiled) body up on a side stream and captures it
-there (the recipe of PyTorch's CUDA-graphs notes, :func:`capture_cuda_graph`); later batches of that bucket copy their
-ids and index tensors into the captured inputs and replay the graph: one launch for the whole body, and no
+there (the recipe of PyTorch's CUDA-graphs notes, :func:`capture_cuda_graph`); later batches of that bucket copy
+their ids and index tensors into the captured inputs and replay the graph: one launch for the whole body, and no
 Dynamo guard evaluated per batch.
 
 Why by hand rather than ``torch.compile(mode="reduce-overhead")``: its CUDA-graph trees keep their state per
@@ -25,10 +25,10 @@ Every bucket captures into one shared memory pool. That is safe because each rep
 vocabulary head is queued on the same stream) before the next replay is queued, so no graph's output is still
 needed when another graph reuses its memory ("Sharing memory across captures" in the notes); the captured
 outputs themselves stay allocated, one ``[tokens, hidden]`` tensor in the head's dtype per bucket (96 MiB for
-BERT-base at 64k tokens in fp16). A long job whose source often runs dry meets many part-filled batches, so at most ``max_graphs``
-shapes are captured (the first to qualify; the warm-up's come first), and batches of any other shape run the body
-without a graph (``uncaptured``): the Korean passages need 9 at a 64k budget (``graph_buckets`` in
-``gpu_encode.py``'s results).
+BERT-base at 64k tokens in fp16). A long job whose source often runs dry meets many part-filled batches, so at
+most ``max_graphs`` shapes are captured (the first to qualify; the warm-up's come first), and batches of any other
+shape run the body without a graph (``uncaptured``): the Korean passages need 9 at a 64k budget (``graph_buckets``
+in ``gpu_encode.py``'s results).
 """
 from __future__ import annotations
 
