@@ -132,7 +132,7 @@ def _fp32_exact(r: dict) -> tuple[str, bool | None]:
 
 def _budget(r: dict, precision: str) -> tuple[str, bool | None]:
     e = r.get(f"{precision}_vs_fp32_packed")
-    if not e:
+    if not e or "jaccard_mean" not in e:  # left out, or skipped (and why)
         return NOT_MEASURED
     show = f"{precision}: Jaccard {e['jaccard_mean']:.4f}, max |dw| {e['max_abs_dw']:.3g}"
     return show, e["jaccard_mean"] >= HALF_JACCARD and e["max_abs_dw"] <= HALF_MAX_ABS_DW
