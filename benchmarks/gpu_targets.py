@@ -125,8 +125,10 @@ def _fp32_exact(r: dict) -> tuple[str, bool | None]:
     if not e:
         return NOT_MEASURED
     same = e["identical_id_sets"] == e["docs"] and e["nonfinite_reference"] == e["nonfinite_packed"]
+    own = r.get("reference_fp32_vs_itself_at_a_quarter_batch")
+    floor = f"; the reference against itself at a quarter of the batch: {own['identical_id_sets']:,}" if own else ""
     return (f"{e['identical_id_sets']:,} / {e['docs']:,} identical id sets, max |dw| {e['max_abs_dw']:.2g}, "
-            f"non-finite {e['nonfinite_reference']} / {e['nonfinite_packed']}"), \
+            f"non-finite {e['nonfinite_reference']} / {e['nonfinite_packed']}{floor}"), \
         same and e["max_abs_dw"] <= FP32_MAX_ABS_DW
 
 

@@ -17,6 +17,8 @@ def test_gpu_encode_benchmark_runs_on_cpu_and_reports_every_row(shared_data, spl
     assert row["packed"]["docs_per_s"] > 0 and row["reference"]["docs_per_s"] > 0
     exact = row["exact_packed_fp32_vs_reference_fp32"]
     assert exact["docs"] == 12 and exact["max_abs_dw"] <= 1e-5 and exact["jaccard_mean"] > 0.99
+    own = row["reference_fp32_vs_itself_at_a_quarter_batch"]  # the reference's own floor, other batch shapes
+    assert own["docs"] == 12 and own["max_abs_dw"] <= 1e-5 and own["jaccard_mean"] > 0.99
     assert 0 < row["fp32_logits_near_zero_per_doc"] < 100  # of 30,522 ids: what lower precisions can flip
     assert set(row["stage_ms_per_batch"]) == {"copy_in", "body", "head_max", "sparsify_copy_out"}
     tok = row["packed_tok2x2"]  # on CPU the encoder tokenizes in a thread: the row runs, the layout is recorded
@@ -161,6 +163,11 @@ def test_targets_are_judged_from_a_card_run_at_their_thresholds(load_script):
     assert found["the default half precision against fp32"].met and "fp16: Jaccard 0.9950" in found[
         "the default half precision against fp32"].measured
     assert found["bf16 against fp32"].met is False and "bf16: Jaccard 0.9840" in found["bf16 against fp32"].measured
+    fp16_card["exact_packed_fp32_vs_reference_fp32"] = {"docs": 8192, "identical_id_sets": 8180, "max_abs_dw": 5.7e-6,
+                                                        "nonfinite_reference": 0, "nonfinite_packed": 0}
+    fp16_card["reference_fp32_vs_itself_at_a_quarter_batch"] = {"docs": 8192, "identical_id_sets": 8185}
+    fp32 = [v for v in targets.verdicts({"device": "cuda", "models": [fp16_card]}) if v.target.startswith("fp32")]
+    assert fp32[0].met is False and "8,180 / 8,192" in fp32[0].measured and "itself" in fp32[0].measured
     peak = found["half-precision encode >= 40 % of the measured peak"]
     assert peak.met and peak.measured.startswith("fp16 45.0 %") and "bf16 42.1 %" in peak.measured
     fp32_card = bert(0.95, 45.0, 0.8, 1.0)
