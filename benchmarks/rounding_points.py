@@ -13,8 +13,9 @@ are probes no card runs as such (fp16 weights beside bf16 activations): they say
 
     python benchmarks/rounding_points.py [--model splade-tiny | bert-base-random | DIR] [--limit 40] [--out F.json]
 
-``--mrr``: the whole MS MARCO-ko dev corpus instead of ``--limit`` passages, and each setting's dev MRR@10 beside
-fp32's (queries in fp32, exact dot-product retrieval: ``gpu_encode.dev_mrr``).
+``--mrr``: the whole dev corpus of ``--dataset`` (MS MARCO-ko by default; msmarco-en is where ``gpu_encode.py``
+judges SPLADE-tiny's MRR) instead of ``--limit`` passages, and each setting's dev MRR@10 beside fp32's (queries in
+fp32, exact dot-product retrieval: ``gpu_encode.dev_mrr``).
 
 BERT-family masked LMs only (``BertForMaskedLM``); ``bert-base-random`` is ``gpu_encode.py``'s BERT-base shape.
 Written by hand because no library emulates a mixed-precision forward point by point.
@@ -46,7 +47,7 @@ ALL_BF16 = dict.fromkeys(POINTS, BF16)
 SETTINGS: dict[str, dict[str, torch.dtype]] = {
     "bf16 everywhere": ALL_BF16,
     "fp16 everywhere": dict.fromkeys(POINTS, FP16),
-    "bf16, head fp16 (the CUDA default)": {**ALL_BF16, "head": FP16},
+    "bf16, head fp16 (--precision bf16 on CUDA)": {**ALL_BF16, "head": FP16},
     "bf16, head fp16, matmul outputs fp32": {k: v for k, v in {**ALL_BF16, "head": FP16}.items() if k != "outputs"},
     "bf16, head fp16, weights fp16": {**ALL_BF16, "head": FP16, "weights": FP16},
     "bf16, head fp16, matmul inputs fp16": {**ALL_BF16, "head": FP16, "inputs": FP16},
@@ -143,7 +144,8 @@ def markdown(result: dict) -> str:
             for name, r in result["rows"].items()]
     mrr = (f"Dev MRR@10 over {result['queries']:,} queries (queries in fp32): fp32 documents "
            f"{result['fp32_mrr_at_10']}.\n\n" if with_mrr else "")
-    return (f"# Rounding points against fp32: {result['model']}, {result['docs']} Korean passages "
+    return (f"# Rounding points against fp32: {result['model']}, {result['docs']} passages of "
+            f"{result.get('dataset', 'msmarco-ko')} "
             f"({result['tokens']:,} tokens), fp32 with tensors rounded where a card rounds them\n\n" + mrr
             + harness.markdown_table(["setting (rest fp32)", "Jaccard mean", "Jaccard min", "max |dw|",
                                       "largest weight one side lacks", "identical id sets",
@@ -159,20 +161,22 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING",
                    help=f"Which settings (default: all): {'; '.join(SETTINGS)}.")
     p.add_argument("--mrr", action="store_true",
-                   help="The whole MS MARCO-ko dev corpus (not --limit passages) and each setting's dev MRR@10.")
+                   help="The whole dev corpus of --dataset (not --limit passages) and each setting's dev MRR@10.")
+    p.add_argument("--dataset", default="msmarco-ko", choices=["msmarco-ko", "msmarco-en"],
+                   help="The BEIR folder under --data whose passages are encoded.")
     p.add_argument("--out", default=None, help="JSON results file (the markdown table goes next to it as .md).")
     args = p.parse_args(argv)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     data = Path(args.data)
-    _, corpus = load_corpus(data / "msmarco-ko" / "corpus.jsonl", 1, max(args.limit, 128))
+    _, corpus = load_corpus(data / args.dataset / "corpus.jsonl", 1, max(args.limit, 128))
     texts, dev = corpus[:args.limit], None
     if args.mrr:
-        documents, queries, qrels = dev_set(data / "msmarco-ko")
+        documents, queries, qrels = dev_set(data / args.dataset)
         texts = [d["text"] for d in documents]
         dev = (list(queries), list(queries.values()), [d["_id"] for d in documents], qrels)
     with tempfile.TemporaryDirectory() as tmp:
         model = named_model(args.model, data, corpus[:128], Path(tmp), torch.device("cpu"))
-        result = {"model": args.model, **measure(model, texts, args.settings, dev)}
+        result = {"model": args.model, "dataset": args.dataset, **measure(model, texts, args.settings, dev)}
     return harness.publish(result, markdown(result), args.out)
 
 

@@ -37,6 +37,9 @@ def test_rounding_points_measure_each_setting_against_fp32(shared_data, splade_t
     # fp16 has three more significant bits; attention alone is a small part of bf16's distance
     assert rows["fp16 everywhere"]["max_abs_dw"] < rows["bf16 everywhere"]["max_abs_dw"] / 3
     assert rows["only attention bf16"]["max_abs_dw"] < rows["bf16 everywhere"]["max_abs_dw"]
+    english = module.main(["--model", str(splade_tiny_dir), "--data", str(shared_data), "--limit", "2",
+                           "--dataset", "msmarco-en", "--settings", "fp16 everywhere"])
+    assert english["dataset"] == "msmarco-en" and english["docs"] == 2 and "msmarco-en" in module.markdown(english)
 
 
 def test_rounding_points_report_each_settings_dev_mrr_beside_fp32s(shared_data, splade_tiny_dir, load_script):
