@@ -5,7 +5,7 @@ packed batching (:mod:`.packed_runner`) runs **fp16** on any card with tensor co
 up): it has three more significant bits than bf16 at the same tensor-core rate, and a packed batch whose weights
 overflow fp16's 65,504 is encoded again in bf16 (or fp32 where the card has no bf16, :func:`overflow_dtype`). On
 one H200 (``benchmarks/results/gpu_encode.md``, run 14, BERT-base shape, body compiled) fp16 ran 17,838 docs/s
-against 17,306 for bf16, and its active-set Jaccard to fp32 was 0.9947 against bf16's 0.9836 (with an fp16 head;
+against 17,306-17,359 for bf16, and its active-set Jaccard to fp32 was 0.9947 against bf16's 0.9836 (with an fp16 head;
 0.968 with a bf16 one): within the 0.99 budget where bf16 is not. Text Embeddings Inference serves BERT-family
 models in fp16 on CUDA too (``huggingface/text-embeddings-inference``, ``backends/src/dtype.rs``: its candle CUDA
 backend has no fp32). The padded reference path has no such re-encoding, so there ``"auto"`` keeps bf16's range
@@ -42,7 +42,9 @@ def _cuda_capability(device: torch.device) -> tuple[int, int]:
 
 
 def _cuda_bf16(device: torch.device) -> bool:
-    return torch.cuda.is_bf16_supported()
+    """Native bf16 (Ampere, compute capability 8.0, and up); ``torch.cuda.is_bf16_supported()`` also says yes where
+    bf16 is only emulated, and for the current device rather than ``device``."""
+    return _cuda_capability(device) >= (8, 0)
 
 
 def resolve_precision(precision: Precision, device: torch.device, *, packed: bool) -> Precision:
