@@ -329,8 +329,7 @@ def stage_times(enc: SparseDocumentEncoder, texts: list[str], max_batches: int =
         for b in batches:
             batch = tokens.select(b)
             m0 = mark()
-            ids = runner._to_device(batch.ids)
-            seg = Segments.from_lengths(batch.lengths, device, pin=device.type == "cuda")
+            ids, seg = Segments.packed_batch(batch.ids, batch.lengths, device, pin=device.type == "cuda")
             m1 = mark()
             h = model.hidden(ids, seg)
             m2 = mark()

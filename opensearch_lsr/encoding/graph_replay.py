@@ -3,8 +3,8 @@
 With ``compile="graphs"`` (:class:`~.packed.PackedMLM`) every batch is padded to a bucket's shape
 (:mod:`.graph_buckets`). A bucket's first batch warms the (compiled) body up on a side stream and captures it
 there (the recipe of PyTorch's CUDA-graphs notes, :func:`capture_cuda_graph`); later batches of that bucket copy
-their ids and index tensors into the captured inputs and replay the graph: one launch for the whole body, and no
-Dynamo guard evaluated per batch.
+their ids and index tensors into the captured inputs (one copy: both are views of one buffer, :mod:`.staging`) and
+replay the graph: one launch for the whole body, and no Dynamo guard evaluated per batch.
 
 Why by hand rather than ``torch.compile(mode="reduce-overhead")``: its CUDA-graph trees keep their state per
 Python thread, and until pytorch/pytorch#184357 (merged June 2026; the card runs so far had torch 2.11) they
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .staging import is_view_of, rebase
 
 logger = logging.getLogger(__name__)
 
@@ -163,18 +165,51 @@ class GraphReplay:
             replay, out = entry[2:]  # a capture records kernels without running them: replay it for this batch
         else:
             static_ids, static_seg, replay, out = entry
-            static_ids.copy_(ids)
-            for name in SEGMENT_TENSORS:
-                getattr(static_seg, name).copy_(getattr(seg, name))
+            _refresh_inputs(static_ids, static_seg, ids, seg)
         replay()
         self.stats.replays += 1
         return out
 
     def _record(self, ids: torch.Tensor, seg: Any) -> tuple[torch.Tensor, Any, Callable[[], None], torch.Tensor]:
         t0 = time.perf_counter()
-        static_ids = ids.clone()
-        static_seg = dataclasses.replace(seg, **{name: getattr(seg, name).clone() for name in SEGMENT_TENSORS})
+        staged = _staged_with(ids, seg)
+        if staged is not None:  # the captured inputs: views of one buffer too, refreshed with one copy
+            buffer = staged.clone()
+            static_ids, *views = rebase([ids, *(getattr(seg, name) for name in SEGMENT_TENSORS)], staged, buffer)
+            static_seg = dataclasses.replace(seg, staged=buffer, **dict(zip(SEGMENT_TENSORS, views)))
+        else:
+            static_ids = ids.clone()
+            clones = {name: getattr(seg, name).clone() for name in SEGMENT_TENSORS}
+            static_seg = dataclasses.replace(seg, **clones, **({"staged": None} if hasattr(seg, "staged") else {}))
         replay, out = self.capture(lambda: self.body(static_ids, static_seg))
         self.stats.captured += 1
         self.stats.capture_s += time.perf_counter() - t0
         return static_ids, static_seg, replay, out
+
+
+def _staged_with(ids: torch.Tensor, seg: Any) -> torch.Tensor | None:
+    """The buffer that ``ids`` and every index tensor of ``seg`` are views of (:meth:`.packed.Segments.packed_batch`),
+    else ``None``."""
+    staged = getattr(seg, "staged", None)
+    if staged is None or not all(is_view_of(t, staged) for t in (ids, *(getattr(seg, n) for n in SEGMENT_TENSORS))):
+        return None
+    return staged
+
+
+def _refresh_inputs(static_ids: torch.Tensor, static_seg: Any, ids: torch.Tensor, seg: Any) -> None:
+    """Copy a batch's ids and index tensors into a graph's captured inputs: one copy when both sides are views of
+    one buffer of the same layout (the same shape key, staged the same way), else one per tensor."""
+    staged, static = _staged_with(ids, seg), _staged_with(static_ids, static_seg)
+    if staged is not None and static is not None and staged.shape == static.shape \
+            and _offsets(ids, seg, staged) == _offsets(static_ids, static_seg, static):
+        static.copy_(staged)
+        return
+    static_ids.copy_(ids)
+    for name in SEGMENT_TENSORS:
+        getattr(static_seg, name).copy_(getattr(seg, name))
+
+
+def _offsets(ids: torch.Tensor, seg: Any, staged: torch.Tensor) -> list[tuple[int, int]]:
+    """Where in ``staged`` each input lies: ``(byte offset, bytes)``."""
+    return [(t.storage_offset() * t.element_size() - staged.storage_offset(), t.numel() * t.element_size())
+            for t in (ids, *(getattr(seg, n) for n in SEGMENT_TENSORS))]

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from .graph_buckets import graph_max_len, graph_shape, padding_lengths
 from .graph_replay import GraphReplay
+from .staging import stage
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class Segments:
         host_lengths: the real documents' lengths, on the host.
         real_docs, real_tokens: with a graph bucket's padding (``from_lengths(pad_to=...)``), how many of the
             documents and tokens are real (they come first; :meth:`real` is their view); else ``None``.
+        staged: the one device buffer that ``lengths``, ``cu_seqlens``, ``positions``, ``pad_slots`` (and the
+            batch's ids, :meth:`packed_batch`) are views of (:func:`.staging.stage`); ``None`` for views of views.
     """
 
     lengths: torch.Tensor
@@ -64,6 +67,7 @@ class Segments:
     _fill_rows: torch.Tensor | None = None
     real_docs: int | None = None
     real_tokens: int | None = None
+    staged: torch.Tensor | None = None
 
     @staticmethod
     def fill_index(lengths: np.ndarray) -> np.ndarray:
@@ -81,27 +85,51 @@ class Segments:
     @classmethod
     def from_lengths(cls, lengths: np.ndarray, device: torch.device, *, pin: bool = False,
                      pad_to: tuple[int, int] | None = None, max_doc: int | None = None) -> Segments:
-        """Build the index tensors on the host (numpy, vectorised) and move them in one copy each.
+        """Build the index tensors on the host (numpy, vectorised) and move them in one copy
+        (:func:`.staging.stage`).
 
         ``pad_to``: a graph bucket's ``(tokens, documents)`` (:func:`.graph_buckets.graph_shape` with ``max_doc``,
         the longest document the model takes): padding documents follow the real ones, and ``max_len`` is the
         longest one rounded up (:func:`.graph_buckets.graph_max_len`).
         """
+        return cls._staged(None, lengths, device, pin, pad_to, max_doc)[1]
+
+    @classmethod
+    def packed_batch(cls, ids: np.ndarray, lengths: np.ndarray, device: torch.device, *, pin: bool = False,
+                     pad_to: tuple[int, int] | None = None, max_doc: int | None = None) -> tuple[torch.Tensor, Segments]:
+        """A batch's packed ``ids`` (zeros appended up to a bucket's token count with ``pad_to``) and its segments,
+        moved to ``device`` together in one copy (:meth:`from_lengths` for the arguments)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if pad_to is not None:
+            ids = np.concatenate([ids, np.zeros(pad_to[0] - len(ids), np.int64)])
+        device_ids, seg = cls._staged(ids, lengths, device, pin, pad_to, max_doc)
+        assert device_ids is not None
+        return device_ids, seg
+
+    @classmethod
+    def _staged(cls, ids: np.ndarray | None, lengths: np.ndarray, device: torch.device, pin: bool,
+                pad_to: tuple[int, int] | None, max_doc: int | None) -> tuple[torch.Tensor | None, Segments]:
         real = lengths = np.asarray(lengths, dtype=np.int64)
         if pad_to is not None:
             if len(real) and int(real.max()) > int(max_doc):  # type: ignore[arg-type]
                 raise ValueError(f"a document of {int(real.max())} tokens is over max_doc {max_doc}")
             lengths = np.concatenate([real, padding_lengths(int(real.sum()), len(real), pad_to)])
         n, total = len(lengths), int(lengths.sum())
+        if ids is not None and len(ids) != total:
+            raise ValueError(f"{len(ids)} ids for documents of {total} tokens")
         max_len = graph_max_len(int(lengths.max()), int(max_doc)) if pad_to is not None \
             else int(lengths.max())  # type: ignore[arg-type]
         starts = np.cumsum(lengths) - lengths
         positions = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         pad_slots = np.repeat(np.arange(n, dtype=np.int64) * max_len, lengths) + positions
         cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-        return cls(_move(lengths, device, pin), _move(cu, device, pin), max_len, _move(positions, device, pin),
-                   _move(pad_slots, device, pin), real, pin, real_docs=len(real) if pad_to else None,
-                   real_tokens=int(real.sum()) if pad_to else None)
+        arrays = ([] if ids is None else [ids]) + [lengths, positions, pad_slots, cu]
+        buffer, views = stage(arrays, device, pin=pin)
+        device_ids = views.pop(0) if ids is not None else None
+        lengths_t, positions_t, pad_slots_t, cu_t = views
+        return device_ids, cls(lengths_t, cu_t, max_len, positions_t, pad_slots_t, real, pin,
+                               real_docs=len(real) if pad_to else None,
+                               real_tokens=int(real.sum()) if pad_to else None, staged=buffer)
 
     def real(self) -> Segments:
         """The real documents of a padded batch (views; the padded view's ``max_len`` kept), else ``self``."""

@@ -1,6 +1,6 @@
 """Run packed, token-budgeted batches through a :class:`~.packed.PackedMLM`, several in flight.
 
-For each batch the host copies the ids (pinned, non-blocking), launches the forward, the activation and
+For each batch the host copies the ids and index tensors (one pinned buffer, one non-blocking copy), launches the forward, the activation and
 the special-id zeroing on the compute stream, and hands the weights to a second stream that sparsifies
 them (:func:`~.device_sparse.sparsify` with ``torch.nonzero_static``: no host synchronisation) and copies
 ids / weights / counts back. Up to ``depth`` batches are in flight; the host waits on a batch's event only
@@ -142,12 +142,6 @@ class PackedRunner:
         if graphs is not None:
             graphs.reset_stats()
 
-    def _to_device(self, array: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(array)
-        if self.on_cuda:
-            return t.pin_memory().to(self.device, non_blocking=True)
-        return t
-
     def activate(self, pooled: torch.Tensor) -> torch.Tensor:
         """SPLADE weights of max-pooled logits, in place (the encoder's ``activate`` with a device index)."""
         act = pooled.relu_().log1p_()
@@ -162,13 +156,9 @@ class PackedRunner:
         """Queue one packed batch on the device (through ``model``, default :attr:`model`); returns its pending
         sparse result."""
         model = model or self.model
-        ids_host = batch.ids
-        shape = model.graph_shape(len(ids_host), len(batch.lengths))  # compile="graphs": a bucket's shape
-        if shape is not None:
-            ids_host = np.concatenate([ids_host, np.zeros(shape[0] - len(ids_host), ids_host.dtype)])
-        ids = self._to_device(ids_host)
-        seg = Segments.from_lengths(batch.lengths, self.device, pin=self.on_cuda, pad_to=shape,
-                                    max_doc=model.max_doc_tokens)
+        shape = model.graph_shape(len(batch.ids), len(batch.lengths))  # compile="graphs": a bucket's shape
+        ids, seg = Segments.packed_batch(batch.ids, batch.lengths, self.device, pin=self.on_cuda, pad_to=shape,
+                                         max_doc=model.max_doc_tokens)  # one copy to the device
         weights = self.activate(model.pooled_max(ids, seg))
         if not self.on_cuda:
             return sparsify(weights)

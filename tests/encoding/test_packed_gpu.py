@@ -55,6 +55,21 @@ def test_launching_a_packed_batch_does_not_synchronise(splade_tiny_dir):
     assert len(vectors) == len(TEXTS)
 
 
+def test_a_packed_batch_crosses_in_one_pinned_copy_and_equals_the_cpu_staging():
+    lengths = np.array([5, 40, 17, 90])
+    ids = np.arange(int(lengths.sum())) + 7
+    cuda_ids, seg = Segments.packed_batch(ids, lengths, torch.device("cuda"), pin=True, pad_to=(256, 8), max_doc=128)
+    cpu_ids, cpu_seg = Segments.packed_batch(ids, lengths, torch.device("cpu"), pad_to=(256, 8), max_doc=128)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        Segments.packed_batch(ids, lengths, torch.device("cuda"), pin=True, pad_to=(256, 8), max_doc=128)
+    names = [e.name for e in prof.events()]
+    assert names.count("aten::copy_") == 1 and names.count("cudaMemcpyAsync") == 1
+    assert seg.staged.is_cuda and cuda_ids.cpu().tolist() == cpu_ids.tolist()
+    for name in ("lengths", "cu_seqlens", "positions", "pad_slots"):
+        assert getattr(seg, name).cpu().tolist() == getattr(cpu_seg, name).tolist(), name
+
+
 def test_varlen_window_equals_the_padded_band_mask():
     torch.manual_seed(0)
     lengths = np.array([5, 40, 17, 90])
