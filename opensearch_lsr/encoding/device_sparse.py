@@ -4,7 +4,7 @@ The reference path copied a dense ``[n, V]`` float32 array to the host (130 KB p
 vocabulary) and then looped over its rows in numpy. Here the contract's rule (a weight is kept when it
 is finite and at least ``Float.MIN_NORMAL``, contract section 4.1; special ids are already zero) is
 applied on the device, ``torch.nonzero`` lists the kept entries row-major (so ids ascend within each
-document), and three small tensors are copied into pinned host buffers without blocking. The host
+document), and the ids, weights and counts are copied into one pinned host buffer without blocking. The host
 waits on one CUDA event per batch (:meth:`PendingSparse.result`), then splits the flat arrays by the
 counts. In float32 the result is bit-identical to
 :meth:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder.to_sparse` of the same dense weights.
@@ -55,14 +55,6 @@ class PendingSparse:
         return vectors, int(self.nonfinite.item())
 
 
-def _to_host(t: torch.Tensor) -> torch.Tensor:
-    if t.device.type != "cuda":
-        return t
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t, non_blocking=True)
-    return host
-
-
 def sparsify(weights: torch.Tensor, static_size: int | None = None) -> PendingSparse:
     """Keep the finite weights >= ``Float.MIN_NORMAL`` of ``[n, V]`` float32 weights, as flat
     ``ids`` (int32, ascending per row), ``weights`` and per-row ``counts``, on their way to the host.
@@ -71,11 +63,10 @@ def sparsify(weights: torch.Tensor, static_size: int | None = None) -> PendingSp
     ``static_size``: list at most that many entries with ``torch.nonzero_static``, which needs no host
     synchronisation (``torch.nonzero`` waits for the device to know its output size); a batch with more
     entries is listed again, exactly, when its result is taken.
+    All four are written into one int32 buffer (the weights as their bits), which crosses in one copy.
     """
     finite = torch.isfinite(weights)
     keep = finite & (weights >= FLOAT_MIN_NORMAL)
-    nonfinite = (~finite).sum()
-    counts = keep.sum(dim=1)
     rows_cols = None
     if static_size is not None:
         try:
@@ -84,10 +75,21 @@ def sparsify(weights: torch.Tensor, static_size: int | None = None) -> PendingSp
             static_size = None
     if rows_cols is None:
         rows_cols = torch.nonzero(keep)  # row-major: ids ascend within each row
-    values = weights[rows_cols[:, 0], rows_cols[:, 1]]
-    ids = rows_cols[:, 1].to(torch.int32)
-    pending = PendingSparse(_to_host(ids), _to_host(values), _to_host(counts), _to_host(nonfinite),
-                            dense=weights if static_size is not None else None)
+    n, vocab = weights.shape
+    size = rows_cols.shape[0]
+    flat = torch.empty(2 * size + n + 1, dtype=torch.int32, device=weights.device)
+    ids, values, counts, nonfinite = flat[:size], flat[size:2 * size].view(torch.float32), \
+        flat[2 * size:2 * size + n], flat[2 * size + n]
+    ids.copy_(rows_cols[:, 1])
+    torch.index_select(weights.reshape(-1), 0, rows_cols[:, 0] * vocab + rows_cols[:, 1], out=values)
+    torch.sum(keep, dim=1, dtype=torch.int32, out=counts)
+    torch.sum(~finite, dim=(0, 1), dtype=torch.int32, out=nonfinite)
+    host = flat
+    if flat.device.type == "cuda":
+        host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+        host.copy_(flat, non_blocking=True)
+    pending = PendingSparse(host[:size], host[size:2 * size].view(torch.float32), host[2 * size:2 * size + n],
+                            host[2 * size + n], dense=weights if static_size is not None else None)
     if weights.device.type == "cuda":
         pending.event = torch.cuda.Event()
         pending.event.record()
