@@ -665,12 +665,15 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
         if "packed_graphs" not in args.skip:
             other_scope = "body" if default_scope == "graphs" else "graphs"
             runs[f"packed --compile {other_scope}"] = ("packed", ("--compile", other_scope))
+        if "ndjson_window" not in args.skip:  # a quarter of the default window: the pipeline fills and drains sooner
+            runs["packed --window-docs 1024"] = ("packed", ("--window-docs", "1024"))
         if "ndjson_process" not in args.skip:  # the encoder in a process of its own, streaming the job's chunks
             runs["packed --encoder-process"] = ("packed", ("--encoder-process",))
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
         for key, base in (("packed", "packed"), ("packed --build-workers 0", "packed"),
                           (f"packed {other}", "packed_other"), ("packed --encoder-process", "packed"),
+                          ("packed --window-docs 1024", "packed"),
                           ("packed --compile norm", "packed_norm"), ("packed --compile graphs", "packed_graphs"),
                           ("packed --compile body", "packed_body")):
             pk = res["ndjson_end_to_end"].get(key, {})
@@ -821,7 +824,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "the layout before four processes became the default].")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus [default: all; 96 with --quick].")
     p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, packed_graphs, word_cache, tokenizer_processes, packed_fp32, instrumentation, "
-                        "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run), mrr.")
+                        "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run; ndjson_window: its "
+                        "--window-docs 1024 run), mrr.")
     p.add_argument("--targets", action="store_true",
                    help=f"Only the sections the targets are read from, and compile=\"graphs\" (leaves out "
                         f"{', '.join(NOT_TARGETS)}, the padded job and the old tokenizer layout): about half the "

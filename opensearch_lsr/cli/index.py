@@ -44,6 +44,11 @@ __all__ = ["index_command"]
                    "where the model's layout allows it.")
 @click.option("--max-batch-tokens", type=int, default=None,
               help="Packed batching: real tokens per forward pass [default: 65536 on a GPU, 4096 on CPU].")
+@click.option("--window-docs", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Packed batching: documents cut into batches together, sorted by length within (a GPU's graph "
+                   "shapes and attention, a CPU's padded attention, waste least on similar lengths). A chunk is done "
+                   "when the last batch holding one of its documents is, so smaller windows fill and drain the "
+                   "job's pipeline sooner.")
 @click.option("--build-workers", type=int, default=None,
               help="--backend ndjson (with --long-text truncate): processes that build and serialise documents, so "
                    "the job's main thread only reads and hands chunks on [default: up to 8 beside a GPU (CPU cores - "
@@ -109,7 +114,8 @@ __all__ = ["index_command"]
 @connection_options("opensearch")
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, bulk_concurrency, batching, max_batch_tokens, build_workers, encoder_process, compile_,
+                  chunk_docs, bulk_concurrency, batching, max_batch_tokens, window_docs, build_workers, encoder_process,
+                  compile_,
                   no_compile, device, precision,
                   text_field, sparse_field, limit, threads,
                   no_progress, encoder_runtime, engine,
@@ -165,7 +171,7 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 sparse_field=sparse_field, limit=limit, threads=threads,
                                 encoder_runtime=encoder_runtime, batching=batching,
                                 max_batch_tokens=max_batch_tokens, compile=compile_setting(compile_, no_compile),
-                                build_workers=build_workers,
+                                window_docs=window_docs, build_workers=build_workers,
                                 bulk_concurrency=bulk_concurrency, encoder_process=encoder_process)
         factory = client_factory(backend, **conn) if backend == "opensearch" else None
         if backend == "opensearch" and not conn.get("url"):

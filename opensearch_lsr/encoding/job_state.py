@@ -143,13 +143,20 @@ class ReportFile:
         elif size is None and path.exists():
             path.unlink()
         self.fh = open(path, "ab")
+        self._unsynced = True  # the truncation above, or a new file
 
     def add(self, entry: dict) -> None:
         self.fh.write(json.dumps(entry, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
+        self._unsynced = True
 
     def sync(self) -> int:
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
+        """Flush and fsync what was added since the last sync, and return the file's size. With nothing added
+        there is nothing to make durable: the job syncs both reports at every chunk, most chunks add to neither,
+        and each such fsync took the job's main thread 3.5 ms here (py-spy, 29,116 passages in 114 chunks)."""
+        if self._unsynced:
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+            self._unsynced = False
         return self.fh.tell()
 
     def close(self) -> None:

@@ -61,3 +61,20 @@ def test_with_ray_what_ray_prints_goes_to_stderr_and_stdout_is_the_summary(tmp_p
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout) == {"indexed": 3}
     assert "(raylet) A worker died" in res.stderr and "a warning" in res.stderr
+
+
+def test_index_window_docs_reaches_the_job_and_must_be_positive(tmp_path, monkeypatch):
+    from opensearch_lsr.encoding import job
+
+    seen = []
+    monkeypatch.setattr(job, "run_index_job", lambda config, **kw: seen.append(config.window_docs) or {"indexed": 0})
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "x"}\n')
+    base = ["index", "--corpus", str(corpus), "--model", "splade-tiny", "--backend", "ndjson", "--index",
+            str(tmp_path / "i")]
+    for extra in ([], ["--window-docs", "1024"]):
+        res = CliRunner().invoke(cli, base + extra)
+        assert res.exit_code == 0, res.output
+    assert seen == [4096, 1024]
+    res = CliRunner().invoke(cli, base + ["--window-docs", "0"])
+    assert res.exit_code != 0 and "Traceback" not in res.output
