@@ -1,0 +1,37 @@
+"""``benchmarks/job_pipeline.py``: the job against an emulated device, by window."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from opensearch_lsr.encoding.sparse_vector import SparseVector
+from opensearch_lsr.encoding.token_ids import TokenizedTexts
+
+
+def test_the_emulated_device_queues_each_batch_after_the_last_and_holds_the_host_while_launching(load_script):
+    module = load_script("job_pipeline")
+    vector = SparseVector(np.array([3, 9]), np.array([0.5, 1.0], np.float32))
+    device = module.EmulatedDevice(docs_per_s=100.0, launch_us_per_doc=2000.0, vector=vector)
+    batch = TokenizedTexts(np.arange(6), np.array([2, 4]), np.array([2, 4]))
+    t0 = time.perf_counter()
+    first, second = device.launch(batch), device.launch(batch)
+    assert time.perf_counter() - t0 >= 2 * 2 * 0.002  # 2 documents x 2 ms of launching, twice
+    assert second.end - first.end == pytest.approx(0.02)  # 2 documents at 100/s, after the first batch
+    vectors, nonfinite = second.result()
+    assert time.perf_counter() >= second.end and nonfinite == 0 and len(vectors) == 2 and vectors[0] is vector
+    with pytest.raises(ValueError):
+        module.EmulatedDevice(docs_per_s=0, launch_us_per_doc=1, vector=vector)
+
+
+def test_job_pipeline_runs_each_window_against_the_default(shared_data, tmp_path, load_script):
+    module = load_script("job_pipeline")
+    md = tmp_path / "job_pipeline.md"
+    payload = module.main(["--windows", "64", "--repeat", "1", "--copies", "2", "--limit", "60",
+                           "--device-docs-per-s", "20000", "--launch-us-per-doc", "5", "--md", str(md)])
+    assert payload["documents"] == 120 and set(payload["runs"]) == {str(module.DEFAULT_WINDOW), "64"}
+    for runs in payload["runs"].values():
+        assert len(runs) == 1 and runs[0]["docs_per_s"] > 0
+    text = md.read_text()
+    assert "| 64 |" in text and "x window 4096" in text and md.with_suffix(".json").exists()
