@@ -20,17 +20,23 @@ def test_index_bad_options_are_one_sentence(tmp_path):
     assert res.exit_code != 0 and "Illegal prune_ratio" in res.output and "Traceback" not in res.output
 
 
+def _job_setting(tmp_path, monkeypatch, field: str) -> tuple[list[str], list]:
+    """``lsr-os index`` arguments for a one-line corpus, and the list each run appends its job config's ``field``
+    to (the job itself does not run)."""
+    from opensearch_lsr.encoding import job
+
+    seen: list = []
+    monkeypatch.setattr(job, "run_index_job", lambda config, **kw: seen.append(getattr(config, field)) or {"indexed": 0})
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "a", "text": "x"}\n')
+    return ["index", "--corpus", str(corpus), "--model", "splade-tiny", "--backend", "ndjson", "--index",
+            str(tmp_path / "i")], seen
+
+
 def test_index_compile_takes_a_scope_and_no_compile_turns_it_off(tmp_path, monkeypatch):
     """``--compile`` alone is the body scope, ``--compile norm`` a scope, ``--no-compile`` False, both at once an
     error; the job gets what the encoder's ``compile`` takes."""
-    import opensearch_lsr.encoding.job as job
-
-    seen = []
-    monkeypatch.setattr(job, "run_index_job", lambda config, **kw: seen.append(config.compile) or {"indexed": 0})
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"_id": "a", "text": "x"}\n')
-    base = ["index", "--corpus", str(corpus), "--model", "splade-tiny", "--backend", "ndjson", "--index",
-            str(tmp_path / "i")]
+    base, seen = _job_setting(tmp_path, monkeypatch, "compile")
     for extra in ([], ["--compile"], ["--compile", "norm", "--chunk-docs", "8"], ["--no-compile"]):
         res = CliRunner().invoke(cli, base + extra)
         assert res.exit_code == 0, res.output
@@ -64,14 +70,7 @@ def test_with_ray_what_ray_prints_goes_to_stderr_and_stdout_is_the_summary(tmp_p
 
 
 def test_index_window_docs_reaches_the_job_and_must_be_positive(tmp_path, monkeypatch):
-    from opensearch_lsr.encoding import job
-
-    seen = []
-    monkeypatch.setattr(job, "run_index_job", lambda config, **kw: seen.append(config.window_docs) or {"indexed": 0})
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text('{"_id": "a", "text": "x"}\n')
-    base = ["index", "--corpus", str(corpus), "--model", "splade-tiny", "--backend", "ndjson", "--index",
-            str(tmp_path / "i")]
+    base, seen = _job_setting(tmp_path, monkeypatch, "window_docs")
     for extra in ([], ["--window-docs", "1024"]):
         res = CliRunner().invoke(cli, base + extra)
         assert res.exit_code == 0, res.output
