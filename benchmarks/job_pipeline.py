@@ -6,8 +6,9 @@ and drain, and how much the host works in bursts. On an H200 the job kept 0.61-0
 device thread waited 1.4 s of 2.7-3.0 s for batches (``results/gpu_encode_run17_bert.json``). This runs the job
 unchanged on any machine, with the packed runner's device work emulated: a batch takes ``docs / --device-docs-per-s``
 seconds on a virtual device, queued after the one before (waiting for it sleeps), and launching it holds the
-interpreter lock ``--launch-us-per-doc`` microseconds per document (an H200 host took 12.7-17.7 ms per 32k-token
-batch of about 350 Korean passages, about 40 us each: ``tokenizer_process.py``, run 17's job). Every vector is
+interpreter lock ``--launch-us-per-doc`` microseconds per document (an H200 host took 36-50 us per Korean passage:
+12.7 ms per 32k-token batch of about 350 in ``tokenizer_process.py``'s runs, 1.47 s for 29,116 in run 17's job
+with ``--compile body``). Every vector is
 one fixed 200-id vector. The tokenizer (the kobigbird vocabulary of the shared data) and every other stage are
 real. Each window is compared with the default window's runs in the same invocation.
 
