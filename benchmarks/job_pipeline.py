@@ -8,9 +8,9 @@ unchanged on any machine, with the packed runner's device work emulated: a batch
 seconds on a virtual device, queued after the one before (waiting for it sleeps), and launching it holds the
 interpreter lock ``--launch-us-per-doc`` microseconds per document (an H200 host took 36-50 us per Korean passage:
 12.7 ms per 32k-token batch of about 350 in ``tokenizer_process.py``'s runs, 1.47 s for 29,116 in run 17's job
-with ``--compile body``). Every vector is
-one fixed 200-id vector. The tokenizer (the kobigbird vocabulary of the shared data) and every other stage are
-real. Each window is compared with the default window's runs in the same invocation.
+with ``--compile body``). Every vector is one fixed 200-id vector. The tokenizer (the kobigbird vocabulary of the
+shared data) and every other stage are real. Each window is compared with the default window's runs in the same
+invocation.
 
     python benchmarks/job_pipeline.py --windows 4096 1024 --repeat 3 --md benchmarks/results/job_pipeline.md
 """
