@@ -19,20 +19,41 @@ BITEXT = [
 ]
 
 
+def _unigram_vocab(texts: list[str], size: int, specials: list[str]) -> list[tuple[str, float]]:
+    """A unigram vocabulary of ``size`` pieces, the same in every process: the specials, every character (alone and
+    word-initial, so any text of ``texts`` tokenizes), then the substrings of words covering the most characters
+    (ties alphabetical); scores are log frequencies. (``tokenizers``' ``UnigramTrainer`` iterates Rust hash maps,
+    whose order changes from one process to the next, and so did the vocabulary and every model built on it.)"""
+    import math
+    from collections import Counter
+
+    words = Counter("\u2581" + w for t in texts for w in t.split())
+    chars = Counter()
+    subs = Counter()
+    for w, n in words.items():
+        for i in range(len(w)):
+            chars[w[i]] += n
+            for j in range(i + 2, len(w) + 1):
+                subs[w[i:j]] += n
+    base = sorted(chars)
+    ranked = sorted(subs, key=lambda p: (-subs[p] * len(p), p))[:max(0, size - len(specials) - len(base))]
+    total = sum(chars.values()) + sum(subs[p] for p in ranked)
+    return ([(t, 0.0) for t in specials] + [(c, math.log(chars[c] / total)) for c in base]
+            + [(p, math.log(subs[p] / total)) for p in ranked])
+
+
 @pytest.fixture(scope="session")
 def tiny_xlmr_dir(tmp_path_factory) -> Path:
     """Random 2-layer, 32-wide XLMRobertaModel + a unigram tokenizer trained on the bitext."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaModel
 
     path = tmp_path_factory.mktemp("tiny_xlmr")
     specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    tok = Tokenizer(models.Unigram())
+    tok = Tokenizer(models.Unigram(_unigram_vocab([t for pair in BITEXT for t in pair], 120, specials), unk_id=3))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=120, special_tokens=specials, unk_token="<unk>")
-    tok.train_from_iterator([t for pair in BITEXT for t in pair] * 4, trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
                                                        special_tokens=[("<s>", 0), ("</s>", 2)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
