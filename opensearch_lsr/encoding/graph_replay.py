@@ -199,7 +199,7 @@ def _staged_with(ids: torch.Tensor, seg: Any) -> torch.Tensor | None:
 def _refresh_inputs(static_ids: torch.Tensor, static_seg: Any, ids: torch.Tensor, seg: Any) -> None:
     """Copy a batch's ids and index tensors into a graph's captured inputs: one copy when both sides are views of
     one buffer of the same layout (the same shape key, staged the same way), else one per tensor."""
-    staged, static = _staged_with(ids, seg), _staged_with(static_ids, static_seg)
+    staged, static = _staged_with(ids, seg), getattr(static_seg, "staged", None)  # set by _record when one buffer
     if staged is not None and static is not None and staged.shape == static.shape \
             and _offsets(ids, seg, staged) == _offsets(static_ids, static_seg, static):
         static.copy_(staged)
