@@ -29,6 +29,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+from gpu_encode import random_mlm
 from harness import markdown_table, run_info, write_results
 from index_host_path import passage_texts, repeated_corpus
 
@@ -37,7 +38,7 @@ from opensearch_lsr.encoding.job import IndexJob, IndexJobConfig
 from opensearch_lsr.encoding.sparse_vector import SparseVector
 from opensearch_lsr.resources import shared_data_dir
 
-__all__ = ["EmulatedDevice", "main", "tiny_korean_mlm"]
+__all__ = ["EmulatedDevice", "main"]
 
 DEFAULT_WINDOW = IndexJobConfig.window_docs
 
@@ -79,19 +80,6 @@ class EmulatedDevice:
         return _Pending([self.vector] * n, self.free_at)
 
 
-def tiny_korean_mlm(tokenizer_dir: Path, out: Path) -> Path:
-    """A one-layer random BERT masked LM on ``tokenizer_dir``'s vocabulary (the packed layout; never run here)."""
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=512)
-    BertForMaskedLM(cfg).save_pretrained(str(out))
-    tok.save_pretrained(str(out))
-    return out
-
-
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, nargs="+", default=[DEFAULT_WINDOW, 1024],
@@ -109,13 +97,15 @@ def main(argv: list[str] | None = None) -> dict:
     if data is None:
         raise SystemExit("no shared data folder beside the repository (the Korean corpus and tokenizer)")
     work = Path(tempfile.mkdtemp(prefix="job-pipeline-"))
-    model = tiny_korean_mlm(data / "kobigbird-bert-base-tokenizer", work / "model")
     source = data / "msmarco-ko" / "corpus.jsonl"
     if args.limit:
         with source.open(encoding="utf-8") as fh:
             (work / "source.jsonl").write_text("".join(line for _, line in zip(range(args.limit), fh)), encoding="utf-8")
         source = work / "source.jsonl"
     rows, corpus = repeated_corpus(str(source), args.copies, work)
+    # a one-layer random masked LM on the kobigbird vocabulary: the packed layout (its forward is emulated)
+    model = random_mlm(data / "kobigbird-bert-base-tokenizer", work / "model", passage_texts(rows[:128]),
+                       torch.device("cpu"), layers=1, hidden=32, heads=2, intermediate=64)
     encoder = SparseDocumentEncoder(str(model), device="cpu", batching="packed")
     rng = np.random.default_rng(0)
     vector = SparseVector(np.sort(rng.choice(encoder.vocab_size, 200, replace=False)).astype(np.int64),
