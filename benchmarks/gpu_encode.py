@@ -147,18 +147,13 @@ def graph_bucket_census(tokens, max_batch_tokens: int, max_doc: int, window_docs
     """Batches, distinct graph buckets and padding-token share of ``compile="graphs"`` over ``tokens``, as the
     runner cuts them (:func:`~opensearch_lsr.encoding.packed_runner.ready_batches`, windows of ``window_docs``);
     host-only, so every run states it for the card's budgets."""
-    from opensearch_lsr.encoding.graph_buckets import graph_max_len, graph_shape, padding_lengths
+    from opensearch_lsr.encoding.graph_buckets import graph_key
     from opensearch_lsr.encoding.packed_runner import FLUSH, ready_batches
-
-    def bucket(lengths: np.ndarray) -> tuple[int, int, int]:  # the graph's key: tokens, documents, longest
-        tokens, docs = graph_shape(int(lengths.sum()), len(lengths), max_doc)
-        longest = max(int(lengths.max()), int(padding_lengths(int(lengths.sum()), len(lengths), (tokens, docs)).max()))
-        return tokens, docs, graph_max_len(longest, max_doc)
 
     n = len(tokens.lengths)
     windows = iter([[(index, tokens.select(index))]
                     for index in (np.arange(s, min(s + window_docs, n)) for s in range(0, n, window_docs))])
-    shapes = [bucket(b.lengths) for keys, b in ready_batches(lambda: next(windows, None), max_batch_tokens)
+    shapes = [graph_key(b.lengths, max_doc) for keys, b in ready_batches(lambda: next(windows, None), max_batch_tokens)
               if keys is not FLUSH]
     padded = sum(t for t, _, _ in shapes)
     return {"batches": len(shapes), "buckets": len(set(shapes)),

@@ -467,15 +467,19 @@ class SparseDocumentEncoder:
         if str(self.device).split(":")[0] != "cuda" or texts <= 0:
             return 0.0
         t0 = time.perf_counter()
-        lengths = [8 + (i * 37) % max(9, self.max_length - 8) for i in range(texts)]
         saved = dataclasses.replace(self.stats, by_stage=dict(self.stats.by_stage))
         with capturing_every_shape(self.runner):
-            self.encode([" ".join(["warm"] * n) for n in lengths] + list(sample))
+            self.encode(self.warm_up_texts(texts, sample))
         if self.runner is not None:
             self.runner.reset_stats()
         self.stats = saved
         torch.cuda.synchronize(self.device)
         return time.perf_counter() - t0
+
+    def warm_up_texts(self, texts: int = 512, sample: Sequence[str] = ()) -> list[str]:
+        """What :meth:`warm_up` encodes: ``texts`` synthetic passages of spread lengths, then ``sample``."""
+        lengths = [8 + (i * 37) % max(9, self.max_length - 8) for i in range(texts)]
+        return [" ".join(["warm"] * n) for n in lengths] + list(sample)
 
     #: on packed batching, the most texts :meth:`encode` cuts into batches at once; the tokenizer gets chunks of
     #: an eighth of it, up to two windows ahead of the device (``PackedRunner.run_texts``)

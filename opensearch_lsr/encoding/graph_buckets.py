@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "GRAPH_MAX_LEN_GRANULARITY",
     "GRAPH_TOKEN_GRANULARITY",
+    "graph_key",
     "graph_max_len",
     "graph_shape",
     "padding_lengths",
@@ -61,6 +62,16 @@ def graph_max_len(longest: int, max_doc: int, granularity: int = GRAPH_MAX_LEN_G
     if longest > max_doc:
         raise ValueError(f"a document of {longest} tokens is over max_doc {max_doc}")
     return min(int(max_doc), -(-int(longest) // granularity) * granularity)
+
+
+def graph_key(lengths: np.ndarray, max_doc: int, granularity: int = GRAPH_TOKEN_GRANULARITY) -> tuple[int, int, int]:
+    """The bucket of a batch of documents of ``lengths``: ``(tokens, documents, longest)`` after its padding, the key
+    its graph is captured and replayed under (:class:`.graph_replay.GraphReplay`)."""
+    lengths = np.asarray(lengths)
+    tokens, docs = int(lengths.sum()), len(lengths)
+    shape = graph_shape(tokens, docs, max_doc, granularity)
+    longest = max(int(lengths.max(initial=0)), int(padding_lengths(tokens, docs, shape).max()))
+    return shape[0], shape[1], graph_max_len(longest, max_doc)
 
 
 def padding_lengths(tokens: int, docs: int, shape: tuple[int, int]) -> np.ndarray:

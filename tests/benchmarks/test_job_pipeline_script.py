@@ -25,6 +25,28 @@ def test_the_emulated_device_queues_each_batch_after_the_last_and_holds_the_host
         module.EmulatedDevice(docs_per_s=0, launch_us_per_doc=1, vector=vector)
 
 
+def test_an_emulated_capture_waits_for_the_device_to_drain_then_holds_the_host(load_script):
+    module = load_script("job_pipeline")
+    vector = SparseVector(np.array([3]), np.array([1.0], np.float32))
+    device = module.EmulatedDevice(docs_per_s=100.0, launch_us_per_doc=0.0, vector=vector, capture_after=2,
+                                   capture_ms=30.0, max_doc=128)
+    small, other, third = (TokenizedTexts(np.arange(100 * n), np.full(n, 100), np.full(n, 100)) for n in (2, 12, 30))
+    first = device.launch(small)  # the shape's first batch: no graph yet, nothing waits
+    assert time.perf_counter() < first.end and device.graphs.stats.uncaptured == 1
+    second = device.launch(small)  # its second: captured once the two batches' 40 ms of device time are done
+    assert time.perf_counter() >= first.end + 0.03 and second.end >= first.end + 0.03 + 0.02
+    device.launch(small)
+    device.launch(other)  # another shape (1,200 tokens: 2,048 with padding): its first batch, no graph
+    stats = device.graphs.stats
+    assert (stats.captured, stats.replays, stats.uncaptured) == (1, 2, 2)
+    with device.capturing_every_shape():  # a warm-up captures each shape on its first batch
+        device.launch(third)
+    assert device.graphs.stats.captured == 2
+    device.warmed_up()
+    assert device.graphs.stats.captured == device.graphs.stats.replays == 0
+    assert module.EmulatedDevice(100.0, 0.0, vector).graphs is None  # no graphs unless asked
+
+
 def test_job_pipeline_runs_each_window_against_the_default(shared_data, tmp_path, load_script):
     module = load_script("job_pipeline")
     md = tmp_path / "job_pipeline.md"
@@ -35,3 +57,16 @@ def test_job_pipeline_runs_each_window_against_the_default(shared_data, tmp_path
         assert len(runs) == 1 and runs[0]["docs_per_s"] > 0
     text = md.read_text()
     assert "| 64 |" in text and "x window 4096" in text and md.with_suffix(".json").exists()
+
+
+def test_job_pipeline_counts_the_captures_each_capture_after_makes(shared_data, tmp_path, load_script):
+    module = load_script("job_pipeline")
+    payload = module.main(["--windows", "64", "--capture-after", "1", "--repeat", "1", "--copies", "2", "--limit",
+                           "60", "--max-batch-tokens", "2048", "--device-docs-per-s", "20000",
+                           "--launch-us-per-doc", "5", "--capture-ms", "1"])
+    default = module.DEFAULT_CAPTURE_AFTER
+    assert set(payload["runs"]) == {f"{w}/capture_after={c}" for w in (module.DEFAULT_WINDOW, 64) for c in (default, 1)}
+    for key, (run,) in payload["runs"].items():
+        assert run["docs_per_s"] > 0 and run["captured"] + run["replays"] + run["uncaptured"] > 0
+        if key.endswith("=1"):
+            assert run["uncaptured"] == 0  # every shape the warm-up missed is captured on its first batch
