@@ -14,12 +14,14 @@ fixed 200-id vector. The tokenizer (the kobigbird vocabulary of the shared data)
 
 With ``--capture-after``, each batch is also padded to its graph bucket (``Segments.packed_batch``, as on CUDA)
 and goes through a real :class:`~opensearch_lsr.encoding.graph_replay.GraphReplay` whose capture is emulated: it
-waits for the virtual device to drain (a capture synchronises it), then holds the interpreter lock ``--capture-ms``
-(by default as many batches' worth of device time as on the H200). Before each job the encoder's own warm-up
-(``warm_up_texts`` with the job's sample: the corpus's first two windows) captures every shape it meets, as
-``lsr-os index`` does on CUDA; so the captures counted are the job's shapes the warm-up did not meet, at the shape's
-``capture_after``-th batch. Each row is compared with the default window's runs (at the default ``capture_after``)
-in the same invocation.
+waits for the virtual device to drain (a capture synchronises it), then holds the interpreter lock ``--capture-ms``.
+On the H200 a capture took 92 ms: two warm-up passes of the body and the recording, a couple of batches' worth of
+device time, so the default is that many batches' worth of the emulated device's time. A batch replayed from a
+graph takes ``--replay-launch-ms`` to launch (run 17's job), one without a graph the per-document launch above.
+Before each job the encoder's own warm-up (``warm_up_texts`` with the job's sample: the corpus's first two windows)
+captures every shape it meets, as ``lsr-os index`` does on CUDA; so the captures counted are the job's shapes the
+warm-up did not meet, at the shape's ``capture_after``-th batch. Each row is compared with the default window's runs
+(at the default ``capture_after``) in the same invocation.
 
     python benchmarks/job_pipeline.py --windows 4096 1024 --capture-after 1 2 --repeat 3 \
         --md benchmarks/results/job_pipeline.md
@@ -60,6 +62,8 @@ DEFAULT_WINDOW = IndexJobConfig.window_docs
 DEFAULT_CAPTURE_AFTER = GraphReplay.__init__.__kwdefaults__["capture_after"]
 #: run 17 on an H200 (``results/gpu_encode_run17_bert.json``): a capture in the job, and the encoder's pace
 H200_CAPTURE_MS, H200_DOCS_PER_S = 92.0, 15_943
+#: run 17's job: the device thread's launches besides its captures, per batch (0.83 s, 58 batches)
+H200_REPLAY_LAUNCH_MS = 14.3
 
 
 class _Pending:
@@ -92,14 +96,16 @@ class EmulatedDevice:
 
     With ``capture_after``, a batch is padded to its graph bucket (``max_doc``: the longest document) and run through
     a :class:`~opensearch_lsr.encoding.graph_replay.GraphReplay`; its capture waits for the device to drain, then holds
-    the lock ``capture_ms`` (:attr:`graphs` counts captures, replays and batches without a graph)."""
+    the lock ``capture_ms``, and a batch whose body is a graph replay holds it ``replay_launch_ms`` instead of the
+    per-document launch (:attr:`graphs` counts captures, replays and batches without a graph)."""
 
     def __init__(self, docs_per_s: float, launch_us_per_doc: float, vector: SparseVector, *,
-                 capture_after: int | None = None, capture_ms: float = 0.0, max_doc: int = 512) -> None:
-        if docs_per_s <= 0 or launch_us_per_doc < 0 or capture_ms < 0:
-            raise ValueError("docs_per_s must be > 0, launch_us_per_doc and capture_ms >= 0")
+                 capture_after: int | None = None, capture_ms: float = 0.0, replay_launch_ms: float = 0.0,
+                 max_doc: int = 512) -> None:
+        if docs_per_s <= 0 or min(launch_us_per_doc, capture_ms, replay_launch_ms) < 0:
+            raise ValueError("docs_per_s must be > 0, launch_us_per_doc, capture_ms and replay_launch_ms >= 0")
         self.docs_per_s, self.launch_s_per_doc, self.vector = docs_per_s, launch_us_per_doc / 1e6, vector
-        self.capture_s, self.max_doc = capture_ms / 1e3, max_doc
+        self.capture_s, self.replay_launch_s, self.max_doc = capture_ms / 1e3, replay_launch_ms / 1e3, max_doc
         self.free_at = 0.0
         self.graphs = None if capture_after is None else GraphReplay(lambda ids, seg: ids, capture=self._capture,
                                                                      capture_after=capture_after)
@@ -124,11 +130,15 @@ class EmulatedDevice:
 
     def launch(self, batch, model=None) -> _Pending:
         n = len(batch.lengths)
-        _hold(self.launch_s_per_doc * n)  # Python work, as launching a batch's kernels is
+        launch_s = self.launch_s_per_doc * n
         if self.graphs is not None:
             shape = graph_shape(len(batch.ids), n, self.max_doc)
+            uncaptured = self.graphs.stats.uncaptured
             self.graphs(*Segments.packed_batch(batch.ids, batch.lengths, torch.device("cpu"), pad_to=shape,
                                                max_doc=self.max_doc))
+            if self.graphs.stats.uncaptured == uncaptured:  # the body is one graph replay
+                launch_s = self.replay_launch_s
+        _hold(launch_s)  # Python work, as launching a batch's kernels is
         start = max(time.perf_counter(), self.free_at)
         self.free_at = start + n / self.docs_per_s
         return _Pending([self.vector] * n, self.free_at)
@@ -151,6 +161,9 @@ def main(argv: list[str] | None = None) -> dict:
                    help=f"Host time of one capture after the device drained [default: as many batches' worth of "
                         f"device time as on the H200, {H200_CAPTURE_MS:g} ms at {H200_DOCS_PER_S:,} docs/s: run 17's "
                         f"job captured 13 in 1.2 s, the drain included].")
+    p.add_argument("--replay-launch-ms", type=float, default=H200_REPLAY_LAUNCH_MS,
+                   help="Host time to launch a batch whose body is a graph replay (run 17's job: 0.83 s for 58 "
+                        "batches besides the captures; a batch without a graph takes --launch-us-per-doc).")
     p.add_argument("--repeat", type=int, default=3, help="Runs of each row (their median is compared).")
     p.add_argument("--copies", type=int, default=4, help="Copies of the Korean corpus (ids made unique).")
     p.add_argument("--limit", type=int, default=None, help="Passages of the corpus to copy [default: all].")
@@ -185,7 +198,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     def emulate(capture_after: int | None) -> EmulatedDevice:
         device = EmulatedDevice(args.device_docs_per_s, args.launch_us_per_doc, vector, capture_after=capture_after,
-                                capture_ms=args.capture_ms, max_doc=encoder.runner.model.max_doc_tokens)
+                                capture_ms=args.capture_ms, replay_launch_ms=args.replay_launch_ms,
+                                max_doc=encoder.runner.model.max_doc_tokens)
         encoder.runner.launch = device.launch
         return device
 
@@ -228,11 +242,14 @@ def main(argv: list[str] | None = None) -> dict:
     payload = {"documents": len(texts), "device_docs_per_s": args.device_docs_per_s,
                "launch_us_per_doc": args.launch_us_per_doc, "max_batch_tokens": args.max_batch_tokens,
                "capture_ms": args.capture_ms if args.capture_after else None,
+               "replay_launch_ms": args.replay_launch_ms if args.capture_after else None,
                "encode_only_docs_per_s": round(encode_only, 1), "encode_only_graphs": encode_only_graphs,
                "build_workers": args.build_workers,
                "runs": {f"{w}" + (f"/capture_after={c}" if c is not None else ""): v for (w, c), v in runs.items()}}
     graph_note = "" if policies == [None] else (
-        f" CUDA graphs emulated: a capture drains the device, then holds the host {args.capture_ms:g} ms; the timed "
+        f" CUDA graphs emulated: a capture drains the device, then holds the host {args.capture_ms:g} ms; a batch "
+        f"replayed from a graph takes {args.replay_launch_ms:g} ms to launch, one without a graph "
+        f"{args.launch_us_per_doc:g} us per document; the timed "
         f"encoder alone (after a warm-up on the corpus) captured {encode_only_graphs['captured']}.")
     baseline = f"x window {DEFAULT_WINDOW}" + ("" if policies == [None] else f", capture_after {policies[0]}")
     md = (f"# `lsr-os index --backend ndjson` against an emulated device, by `--window-docs`"

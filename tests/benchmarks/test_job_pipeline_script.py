@@ -29,13 +29,15 @@ def test_an_emulated_capture_waits_for_the_device_to_drain_then_holds_the_host(l
     module = load_script("job_pipeline")
     vector = SparseVector(np.array([3]), np.array([1.0], np.float32))
     device = module.EmulatedDevice(docs_per_s=100.0, launch_us_per_doc=0.0, vector=vector, capture_after=2,
-                                   capture_ms=30.0, max_doc=128)
+                                   capture_ms=30.0, replay_launch_ms=25.0, max_doc=128)
     small, other, third = (TokenizedTexts(np.arange(100 * n), np.full(n, 100), np.full(n, 100)) for n in (2, 12, 30))
-    first = device.launch(small)  # the shape's first batch: no graph yet, nothing waits
+    first = device.launch(small)  # the shape's first batch: no graph yet, launched per document (here in no time)
     assert time.perf_counter() < first.end and device.graphs.stats.uncaptured == 1
     second = device.launch(small)  # its second: captured once the two batches' 40 ms of device time are done
     assert time.perf_counter() >= first.end + 0.03 and second.end >= first.end + 0.03 + 0.02
-    device.launch(small)
+    t0 = time.perf_counter()
+    device.launch(small)  # a replay: its launch takes replay_launch_ms
+    assert time.perf_counter() - t0 >= 0.025
     device.launch(other)  # another shape (1,200 tokens: 2,048 with padding): its first batch, no graph
     stats = device.graphs.stats
     assert (stats.captured, stats.replays, stats.uncaptured) == (1, 2, 2)
