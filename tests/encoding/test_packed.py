@@ -14,7 +14,8 @@ import torch
 from opensearch_lsr.encoding.device_sparse import sparsify
 from opensearch_lsr.encoding.encode_pipeline import PipelinedEncoder
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-from opensearch_lsr.encoding.graph_buckets import GRAPH_TOKEN_GRANULARITY, graph_max_len, graph_shape, padding_lengths
+from opensearch_lsr.encoding.graph_buckets import (GRAPH_TOKEN_GRANULARITY, graph_key, graph_max_len, graph_shape,
+                                                   padding_lengths)
 from opensearch_lsr.encoding.packed import Segments
 from opensearch_lsr.encoding.packed_layouts import packed_model
 from opensearch_lsr.encoding.packed_runner import PackedRunner
@@ -613,6 +614,18 @@ def test_padded_segments_keep_the_real_documents_first():
     assert real.host_lengths.tolist() == lengths.tolist() and plain.real() is plain
     with pytest.raises(ValueError, match="max_doc"):
         Segments.from_lengths(np.array([70]), torch.device("cpu"), pad_to=graph_shape(70, 1, 64), max_doc=64)
+
+
+def test_graph_key_is_the_shape_a_padded_batch_is_replayed_under():
+    """What a benchmark computes from lengths alone equals what ``GraphReplay`` keys the padded batch by."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        max_doc = int(rng.choice([64, 512]))
+        lengths = rng.integers(1, max_doc + 1, int(rng.integers(1, 300)))
+        shape = graph_shape(int(lengths.sum()), len(lengths), max_doc)
+        ids, seg = Segments.packed_batch(np.zeros(int(lengths.sum()), np.int64), lengths, torch.device("cpu"),
+                                         pad_to=shape, max_doc=max_doc)
+        assert graph_key(lengths, max_doc) == (len(ids), len(seg.lengths), seg.max_len)
 
 
 def test_attention_is_told_the_batch_longest_document_rounded_to_a_query_block_not_the_model_longest():
