@@ -18,13 +18,14 @@ waits for the virtual device to drain (a capture synchronises it), then holds th
 On the H200 a capture took 92 ms: two warm-up passes of the body and the recording, a couple of batches' worth of
 device time, so the default is that many batches' worth of the emulated device's time. A batch replayed from a
 graph takes ``--replay-launch-ms`` to launch (run 17's job), one without a graph the per-document launch above.
-Before each job the encoder's own warm-up (``warm_up_texts`` with the job's sample: the corpus's first two windows)
-captures every shape it meets, as ``lsr-os index`` does on CUDA; so the captures counted are the job's shapes the
-warm-up did not meet, at the shape's ``capture_after``-th batch. Each row is compared with the default window's runs
-(at the default ``capture_after``) in the same invocation.
+Before each job the encoder's own warm-up (``warm_up_texts`` with the job's sample: the corpus's first two windows,
+cut in the job's windows) captures every shape it meets, as ``lsr-os index`` does on CUDA; so the captures counted
+are the job's shapes the warm-up did not meet, at the shape's ``capture_after``-th batch. Each row is compared with
+the default window's runs (at the default ``capture_after``) in the same invocation.
 
-    python benchmarks/job_pipeline.py --windows 4096 1024 --capture-after 1 2 --repeat 3 \
-        --md benchmarks/results/job_pipeline.md
+    python benchmarks/job_pipeline.py --windows 4096 2048 1024 --repeat 3 --md benchmarks/results/job_pipeline.md
+    python benchmarks/job_pipeline.py --windows 4096 1024 --capture-after 1 2 3 4 --repeat 3 \
+        --md benchmarks/results/job_pipeline_graphs.md
 """
 from __future__ import annotations
 
@@ -220,8 +221,11 @@ def main(argv: list[str] | None = None) -> dict:
                                      index=str(work / f"out-{window}-{k}"), build_workers=args.build_workers,
                                      max_batch_tokens=args.max_batch_tokens)
                 device = emulate(capture_after)  # a new process's graphs
-                with device.capturing_every_shape():  # the job's warm-up on CUDA (IndexJob.run, own encoder)
+                # the job's warm-up on CUDA (IndexJob.run with its own encoder: SparseDocumentEncoder.warm_up)
+                encoder.window_docs, encoder_window = window, encoder.window_docs
+                with device.capturing_every_shape():
                     encoder.encode(encoder.warm_up_texts(sample=texts[:2 * window]))
+                encoder.window_docs = encoder_window
                 encoder.runner.reset_stats()  # the device thread's times and graphs, this run's only
                 device.warmed_up()
                 summary = IndexJob(cfg, encoder=encoder, progress=False).run(restart=True)

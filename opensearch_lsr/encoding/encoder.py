@@ -454,12 +454,13 @@ class SparseDocumentEncoder:
         self.stats.seconds += time.perf_counter() - t0
         return result
 
-    def warm_up(self, texts: int = 512, sample: Sequence[str] = ()) -> float:
+    def warm_up(self, texts: int = 512, sample: Sequence[str] = (), window_docs: int | None = None) -> float:
         """Encode ``texts`` synthetic passages of spread lengths, then ``sample`` (passages of the corpus to come),
         on CUDA only, and forget the counters. The first batches on a GPU pay one-off costs (CUDA context, cuBLAS
         handles, attention kernels, the allocator's first blocks, a CUDA graph per batch shape, captured at once
-        here: the corpus's own passages give its shapes); a job calls this before its clock starts, as a benchmark
-        warms up before it times. Returns the seconds spent (0 on CPU).
+        here: the corpus's own passages give its shapes, cut in windows of ``window_docs`` as the encode to come
+        cuts them [default: :attr:`window_docs`]); a job calls this before its clock starts, as a benchmark warms
+        up before it times. Returns the seconds spent (0 on CPU).
         """
         import time
 
@@ -468,8 +469,12 @@ class SparseDocumentEncoder:
             return 0.0
         t0 = time.perf_counter()
         saved = dataclasses.replace(self.stats, by_stage=dict(self.stats.by_stage))
-        with capturing_every_shape(self.runner):
-            self.encode(self.warm_up_texts(texts, sample))
+        window, self.window_docs = self.window_docs, int(window_docs or self.window_docs)
+        try:
+            with capturing_every_shape(self.runner):
+                self.encode(self.warm_up_texts(texts, sample))
+        finally:
+            self.window_docs = window
         if self.runner is not None:
             self.runner.reset_stats()
         self.stats = saved

@@ -417,8 +417,8 @@ class IndexJob:
                 self.writer = make_writer(config, self.client_factory)
             t_setup = time.perf_counter()
             if own_encoder and hasattr(self.encoder, "warm_up"):  # CUDA's one-off costs before the clock
-                self.encoder.warm_up(**({"sample": self._first_texts(checkpoint, 2 * config.window_docs)}
-                                        if _packed_on_cuda(self.encoder) else {}))
+                self.encoder.warm_up(**({"sample": self._first_texts(checkpoint, 2 * config.window_docs),
+                                         "window_docs": config.window_docs} if _packed_on_cuda(self.encoder) else {}))
             self.setup_s += time.perf_counter() - t_setup
         except BaseException:
             if own_encoder and hasattr(self.encoder, "close"):  # the encoder processes, where there are some

@@ -125,3 +125,25 @@ def test_a_model_without_weights_is_one_sentence(tiny_source_dir, tmp_path):
     (broken / "modules.json").unlink(missing_ok=True)  # a bare masked-LM directory takes the other branch
     with pytest.raises(TransferInputError, match="could not be loaded"):
         load_sparse_encoder(str(broken))
+
+
+def test_the_warm_up_cuts_its_texts_in_the_windows_asked_for_then_restores_the_encoders(splade_tiny_dir, monkeypatch):
+    """The job's warm-up batches the corpus's first passages as its own windows will (CUDA graphs are captured per
+    batch shape); the encoder's own window is back afterwards, even when the warm-up fails."""
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cpu", batching="packed")
+    seen = []
+
+    def encode(texts):
+        seen.append((len(texts), enc.window_docs))
+        if len(seen) == 2:
+            raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(enc, "encode", encode)
+    monkeypatch.setattr(enc, "device", torch.device("cuda"))  # the warm-up runs on CUDA only
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    default = enc.window_docs
+    assert enc.warm_up(8, ["a", "b"], window_docs=64) >= 0 and enc.window_docs == default
+    with pytest.raises(RuntimeError):
+        enc.warm_up(8, window_docs=32)
+    assert seen == [(10, 64), (8, 32)] and enc.window_docs == default
+    assert len(enc.warm_up_texts(8, ["a"])) == 9

@@ -299,7 +299,9 @@ def test_on_a_gpu_the_warm_up_encodes_the_corpus_passages_to_come(tmp_path, tiny
 
     seen = []
     monkeypatch.setattr(job_module, "_packed_on_cuda", lambda encoder: True)
-    monkeypatch.setattr(SparseDocumentEncoder, "warm_up", lambda self, *a, **k: seen.append(k.get("sample")) or 0.0)
+    windows = []
+    monkeypatch.setattr(SparseDocumentEncoder, "warm_up", lambda self, *a, **k: seen.append(k.get("sample"))
+                        or windows.append(k.get("window_docs")) or 0.0)
     corpus = tmp_path / "c.jsonl"
     lines = [json.dumps({"_id": f"d{i}", "text": f"passage {i} house"}) for i in range(7)]
     lines.insert(2, "{not json")
@@ -308,6 +310,7 @@ def test_on_a_gpu_the_warm_up_encodes_the_corpus_passages_to_come(tmp_path, tiny
                          work_dir=str(tmp_path / "w"), batching="packed", window_docs=2, chunk_docs=3, limit=5)
     first = run_index_job(cfg, progress=False)
     assert seen == [[f"passage {i} house" for i in range(4)]]  # 2 * window_docs, the bad line skipped
+    assert windows == [2]  # cut in the job's windows, so the warm-up meets the job's batch shapes
     cfg = IndexJobConfig(**{**cfg.__dict__, "limit": None})
     second = run_index_job(cfg, resume=True, progress=False)
     assert seen[1] == [f"passage {i} house" for i in range(4, 7)]  # after the checkpoint (line 5)
