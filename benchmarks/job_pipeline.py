@@ -30,6 +30,7 @@ the default window's runs (at the default ``capture_after``) in the same invocat
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -181,7 +182,11 @@ def main(argv: list[str] | None = None) -> dict:
     data = shared_data_dir()
     if data is None:
         raise SystemExit("no shared data folder beside the repository (the Korean corpus and tokenizer)")
-    work = Path(tempfile.mkdtemp(prefix="job-pipeline-"))
+    with tempfile.TemporaryDirectory(prefix="job-pipeline-") as tmp:  # each job writes 175-700 MB of NDJSON
+        return _measure(args, data, Path(tmp))
+
+
+def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
     source = data / "msmarco-ko" / "corpus.jsonl"
     if args.limit:
         with source.open(encoding="utf-8") as fh:
@@ -229,6 +234,8 @@ def main(argv: list[str] | None = None) -> dict:
                 encoder.runner.reset_stats()  # the device thread's times and graphs, this run's only
                 device.warmed_up()
                 summary = IndexJob(cfg, encoder=encoder, progress=False).run(restart=True)
+                shutil.rmtree(cfg.index)
+                shutil.rmtree(summary["work_dir"])
                 run = summary["this_run"]
                 runs.setdefault((window, capture_after), []).append({
                     "docs_per_s": run["docs_per_s"], "elapsed_s": run["elapsed_s"],

@@ -21,7 +21,10 @@ __all__ = ["index_command"]
               help="Local index dir (local), NDJSON output dir (ndjson) or index name (opensearch).")
 @click.option("--work-dir", default=None, help="Checkpoint and report dir [default: <index>.job, or lsr-os-jobs/<index>].")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in the work dir.")
-@click.option("--restart", is_flag=True, help="Discard an earlier checkpoint and start over.")
+@click.option("--restart", is_flag=True,
+              help="Discard an earlier checkpoint and start over. With --backend ndjson this also empties the bulk "
+                   "files an earlier run left in the output directory (a run with neither --resume nor --restart "
+                   "refuses them).")
 @click.option("--format", "corpus_format", type=click.Choice(["jsonl", "tsv", "parquet"]), default=None,
               help="Corpus format [default: from the file suffix].")
 @click.option("--id-field", default=None, help="Id key/column when not _id/id/docid/pid.")

@@ -116,6 +116,16 @@ class IndexJob:
             (work / SEEN_DB).unlink()
         return checkpoint
 
+    def _start_writer(self, restart: bool) -> None:
+        """A run without a checkpoint: NDJSON files left by an earlier run are replaced on ``restart``, else refused."""
+        from .writers import NdjsonWriter
+
+        if isinstance(self.writer, NdjsonWriter):
+            try:
+                self.writer.start(replace=restart)
+            except FileExistsError as err:
+                raise IndexJobError(str(err)) from None
+
     def _open_encoder(self):
         """The encoder: the given one, one process per device (several GPUs), or one in-process."""
         from .encoder import SparseDocumentEncoder
@@ -415,6 +425,8 @@ class IndexJob:
         try:
             if self.writer is None:  # before the warm-up (compiling, on CUDA): a bad --url or index fails at once
                 self.writer = make_writer(config, self.client_factory)
+            if checkpoint is None:
+                self._start_writer(restart)
             t_setup = time.perf_counter()
             if own_encoder and hasattr(self.encoder, "warm_up"):  # CUDA's one-off costs before the clock
                 self.encoder.warm_up(**({"sample": self._first_texts(checkpoint, 2 * config.window_docs),

@@ -80,6 +80,15 @@ class NdjsonWriter:
         return {"part": self.part, "docs_in_part": self.docs_in_part,
                 "size": path.stat().st_size if path.exists() else 0}
 
+    def start(self, replace: bool) -> None:
+        """Begin a run with no checkpoint to continue from. Files an earlier run left in the directory are emptied with
+        ``replace`` (a restart); without it they are an error, since appending would mix two runs' documents."""
+        parts = sorted(self.dir.glob("bulk-*.ndjson"))
+        if parts and not replace:
+            raise FileExistsError(f"{self.dir} already holds {len(parts)} bulk-*.ndjson file(s) from an earlier run: "
+                                  "pass --restart to replace them, or write to another directory")
+        self.restore({})
+
     def restore(self, state: dict[str, Any]) -> None:
         """Truncate back to the checkpoint: drop later parts and bytes written after it."""
         self._close_part()

@@ -13,7 +13,7 @@ import pytest
 from opensearch_lsr.encoding.documents import doc_id_for
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 from opensearch_lsr.encoding.job import IndexJobConfig, IndexJobError, run_index_job
-from opensearch_lsr.encoding.writers import NdjsonWriter
+from opensearch_lsr.encoding.writers import NdjsonWriter, read_ndjson_documents
 
 WORDS = ["house", "cat", "dog", "capital", "city", "paris", "france", "seoul", "korea", "water", "river"]
 
@@ -98,6 +98,30 @@ def test_ndjson_resume_truncates_and_never_duplicates(tmp_path, tiny_source_dir,
         ids += [json.loads(m)["index"]["_id"] for m in lines[::2]]
     assert sorted(ids) == sorted(valid) and summary["indexed"] == len(valid)
     assert summary["skipped"] == {"duplicate_id": 1, "empty_text": 1, "malformed": 1}
+
+
+def test_ndjson_files_of_an_earlier_run_are_replaced_on_restart_and_refused_otherwise(tmp_path, tiny_source_dir,
+                                                                                      tiny_encoder):
+    """A run with no checkpoint to continue from never appends to an earlier run's files: that would leave two runs'
+    documents in one index's bulk files."""
+    import shutil
+
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 25)
+    out = tmp_path / "bulk"
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(out),
+                         chunk_docs=6, ndjson_docs_per_file=10)
+    first = run_index_job(cfg, encoder=tiny_encoder, progress=False)
+    written = {f.name: f.read_bytes() for f in out.glob("bulk-*.ndjson")}
+    assert len(written) == 3 and read_ndjson_documents(out)[1] == len(valid)
+    again = run_index_job(cfg, encoder=tiny_encoder, restart=True, progress=False)
+    assert {f.name: f.read_bytes() for f in out.glob("bulk-*.ndjson")} == written  # one run's files, not two
+    shutil.rmtree(first["work_dir"])  # the checkpoint gone, the files still there
+    with pytest.raises(IndexJobError, match="already holds 3 bulk-.*--restart"):
+        run_index_job(cfg, encoder=tiny_encoder, progress=False)
+    assert {f.name: f.read_bytes() for f in out.glob("bulk-*.ndjson")} == written  # untouched
+    (out / "bulk-00009.ndjson").write_bytes(b"stale\n")
+    run_index_job(cfg, encoder=tiny_encoder, restart=True, progress=False)
+    assert {f.name: f.read_bytes() for f in out.glob("bulk-*.ndjson")} == written and again["indexed"] == len(valid)
 
 
 def test_resuming_with_other_document_settings_is_refused(tmp_path, tiny_source_dir, tiny_encoder):
