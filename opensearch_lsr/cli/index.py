@@ -23,8 +23,8 @@ __all__ = ["index_command"]
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in the work dir.")
 @click.option("--restart", is_flag=True,
               help="Discard an earlier checkpoint and start over. With --backend ndjson this also empties the bulk "
-                   "files an earlier run left in the output directory (a run with neither --resume nor --restart "
-                   "refuses them).")
+                   "files an earlier run left in the output directory; without --restart, a run with no checkpoint "
+                   "to resume refuses them.")
 @click.option("--format", "corpus_format", type=click.Choice(["jsonl", "tsv", "parquet"]), default=None,
               help="Corpus format [default: from the file suffix].")
 @click.option("--id-field", default=None, help="Id key/column when not _id/id/docid/pid.")
