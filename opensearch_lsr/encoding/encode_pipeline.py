@@ -20,10 +20,12 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
+from .gc_freeze import thawed
 from .sparse_vector import SparseVector
 from .packed_runner import ready_batches
 from .token_ids import TokenizedTexts
@@ -82,6 +84,7 @@ class PipelinedEncoder:
         self._open: dict[int, _Chunk] = {}  # taken by the device thread, not yet resolved, by serial
         self._ahead: deque = deque()  # taken from the queue by the device thread, not started yet
         self._flushed = False  # the device thread said "nothing queued" and now waits for the queue
+        self._frozen = False  # the device thread holds the frozen heap (.gc_freeze), let go while it waits
         self._serials = itertools.count()
         self._thread = threading.Thread(target=self._run, name="lsr-os-device", daemon=True)
         self._thread.start()
@@ -144,7 +147,8 @@ class PipelinedEncoder:
                 if not self._flushed:
                     self._flushed = True
                     return []
-                item = self._peek(block=True)
+                with thawed() if self._frozen else nullcontext():  # idle: the process's heap is not kept frozen
+                    item = self._peek(block=True)
             if item is _STOP:
                 return window or None
             if window and not item.ready():
@@ -166,6 +170,7 @@ class PipelinedEncoder:
         stats = self.encoder.stats
         runner = self.encoder.runner
         dropped_before = stats.nonfinite_dropped - runner.stats.nonfinite_dropped
+        self._frozen = runner.freeze_heap  # what heap_frozen does on entry, so a wait lets go of it alike
         try:
             with runner.heap_frozen():
                 for keys, vectors in runner.stream(ready_batches(self._take_window, runner.max_batch_tokens)):

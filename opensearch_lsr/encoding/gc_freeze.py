@@ -8,7 +8,7 @@ yet set against collections). ``gc.freeze()`` moves every tracked object into a 
 that collections skip; ``gc.unfreeze()`` moves them back into the oldest one. Both are constant-time list splices.
 Inference servers freeze once after their warm-up (vLLM's ``freeze_gc_heap`` after compiling and warming up,
 SGLang's ``freeze_gc``); a library shares its process, so :func:`frozen_heap` freezes only while a packed encode
-runs and unfreezes when the last one ends. Objects that die meanwhile are collected after the unfreeze (or freed
+runs and unfreezes when the last one ends (a device thread waiting for work lets go of it: :func:`thawed`). Objects that die meanwhile are collected after the unfreeze (or freed
 at once by reference counting, as nearly all are). A process that froze objects itself, or turned the collector
 off, is left as it is.
 """
@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["frozen_heap"]
+__all__ = ["frozen_heap", "thawed"]
 
 _lock = threading.Lock()
 _depth = 0
@@ -38,10 +38,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_in_child)
 
 
-@contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Objects alive on entry are skipped by the collector until the outermost ``frozen_heap`` exits (threads
-    share one freeze); does nothing where the collector is off or objects were frozen before."""
+def _acquire() -> None:
     global _depth, _owned
     with _lock:
         if _depth == 0:
@@ -49,11 +46,34 @@ def frozen_heap() -> Iterator[None]:
             if _owned:
                 gc.freeze()
         _depth += 1
+
+
+def _release() -> None:
+    global _depth, _owned
+    with _lock:
+        _depth -= 1
+        if _depth == 0 and _owned:
+            gc.unfreeze()
+            _owned = False
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Objects alive on entry are skipped by the collector until the outermost ``frozen_heap`` exits (threads
+    share one freeze); does nothing where the collector is off or objects were frozen before."""
+    _acquire()
     try:
         yield
     finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _owned:
-                gc.unfreeze()
-                _owned = False
+        _release()
+
+
+@contextmanager
+def thawed() -> Iterator[None]:
+    """Inside a :func:`frozen_heap`: let go of it while waiting for work (the heap thaws unless another encode
+    holds it), and take it again after, so an idle encoder does not keep the process's heap frozen."""
+    _release()
+    try:
+        yield
+    finally:
+        _acquire()

@@ -101,6 +101,32 @@ def test_a_packed_encode_runs_with_the_heap_frozen_unless_told_not_to(tiny_sourc
     assert all((a.ids == b.ids).all() and (a.weights == b.weights).all() for a, b in zip(frozen, plain))
 
 
+def test_an_idle_pipeline_lets_the_heap_thaw_and_freezes_it_again_for_the_next_chunk(tiny_source_dir, monkeypatch):
+    """The device thread of ``lsr-os index`` (and of each Ray actor) holds the frozen heap while it encodes, not
+    while it waits for a chunk: an encoder left open does not keep the process's collector off its objects."""
+    import time
+
+    from opensearch_lsr.encoding.encode_pipeline import PipelinedEncoder
+
+    enc = SparseDocumentEncoder(tiny_source_dir, device="cpu", batching="packed", max_batch_tokens=512)
+    seen = []
+    take = type(enc.runner)._take
+    monkeypatch.setattr(type(enc.runner), "_take", lambda self, *a: seen.append(gc.get_freeze_count()) or take(self, *a))
+    pipeline = PipelinedEncoder(enc, window_docs=16)
+    try:
+        texts = [f"house {i} " * (1 + i % 7) for i in range(40)]
+        for _ in range(2):
+            assert len(pipeline.submit(texts).result(timeout=60)) == 40
+            deadline = time.monotonic() + 10
+            while gc.get_freeze_count() and time.monotonic() < deadline:  # the thread drains, then waits
+                time.sleep(0.01)
+            assert gc.get_freeze_count() == 0  # idle: thawed
+        assert seen and all(count > 0 for count in seen)  # every batch taken with the heap frozen
+    finally:
+        pipeline.close()
+    assert gc.get_freeze_count() == 0
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
 def test_a_child_forked_while_another_thread_held_the_bookkeeping_lock_does_not_hang():
     import os
