@@ -8,8 +8,9 @@ yet set against collections). ``gc.freeze()`` moves every tracked object into a 
 that collections skip; ``gc.unfreeze()`` moves them back into the oldest one. Both are constant-time list splices.
 Inference servers freeze once after their warm-up (vLLM's ``freeze_gc_heap`` after compiling and warming up,
 SGLang's ``freeze_gc``); a library shares its process, so :func:`frozen_heap` freezes only while a packed encode
-runs and unfreezes when the last one ends (a device thread waiting for work lets go of it: :func:`thawed`). Objects that die meanwhile are collected after the unfreeze (or freed
-at once by reference counting, as nearly all are). A process that froze objects itself, or turned the collector
+runs and unfreezes when the last one ends (a device thread waiting for work lets go of it: :func:`thawed`).
+Objects that die meanwhile are collected after the unfreeze (or freed at once by reference counting, as nearly
+all are). A process that froze objects itself, or turned the collector
 off, is left as it is.
 """
 from __future__ import annotations
