@@ -447,6 +447,8 @@ def ndjson_end_to_end(model: str, corpus_file: Path, device: torch.device, batch
         graphs["docs_per_s_without_capture"] = round(run["indexed"] / (run["elapsed_s"] - graphs["capture_s"]), 1)
     return {"docs": run["indexed"], "docs_per_s": run["docs_per_s"], "elapsed_s": run["elapsed_s"],
             "encode_wait_s": run["encode_s"], "build_s": run.get("build_s"), "write_s": run["write_s"],
+            # the rest of the main thread's and the writer thread's time (IndexJob.timing)
+            **{k: run[k] for k in ("duplicates_s", "queue_wait_s", "documents_wait_s", "checkpoint_s") if k in run},
             "setup_s": run.get("setup_s"), "device_thread_s": summary["encoder"].get("device_thread_s"),
             "source_waits_over_1ms": summary["encoder"].get("source_waits_over_1ms"),
             **({"cuda_graphs": graphs} if graphs else {}),

@@ -71,7 +71,9 @@ __all__ = ["index_command"]
                    "graph per batch). The first batches pay the compilation, seconds; it falls back to eager kernels "
                    "if compiling fails [default: graphs for bf16 / fp16 on a GPU, off in fp32 and on CPU].")
 @click.option("--no-compile", is_flag=True, help="Packed batching: never torch.compile (eager kernels only).")
-@click.option("--chunk-docs", type=int, default=256, show_default=True, help="Documents per checkpoint.")
+@click.option("--chunk-docs", type=int, default=256, show_default=True,
+              help="Documents per chunk: what is encoded, written and checkpointed together (a checkpoint fsyncs "
+                   "the output; while chunks wait for the writer, at most one a second).")
 @click.option("--bulk-concurrency", type=click.IntRange(1, 8), default=None,
               help="Cluster backends: chunks written at once (concurrent _bulk requests, each chunk checkpointed "
                    "in order once acknowledged) [default: 2; local and ndjson write one at a time].")

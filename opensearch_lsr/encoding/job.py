@@ -76,8 +76,13 @@ class IndexJob:
         self.encoder = encoder
         self.progress = progress
         self.work = default_work_dir(config)
-        self.timing = {"encode": 0.0, "build": 0.0, "write": 0.0}
+        #: seconds by stage. Main thread: duplicates (id store), encode (waiting for vectors), build, queue_wait (for
+        #: the writer's queue); writer: documents_wait (for the document workers), write, checkpoint (fsyncs and file)
+        self.timing = dict.fromkeys(("duplicates", "encode", "build", "queue_wait", "documents_wait", "write",
+                                     "checkpoint"), 0.0)
         self.failure: list[BaseException] = []
+        self._checkpointed_at = float("-inf")  # perf_counter of the last checkpoint (the writer thread's)
+        self._in_flight: deque = deque()  # chunks being written besides the one acknowledged (bulk_concurrency > 1)
         self.doc_pool = None
         self.write_concurrency = 1
         self.setup_s = 0.0
@@ -163,7 +168,7 @@ class IndexJob:
 
     # ------------------------------------------------------------------ writer thread
     def _writer_loop(self) -> None:
-        """Write queued chunks; dead-letter refused documents; checkpoint after each acknowledged chunk.
+        """Write queued chunks; dead-letter refused documents; checkpoint (:meth:`_acknowledged`).
 
         With ``bulk_concurrency`` N > 1 (cluster writers only) up to N chunks are being written at once, each
         its own ``_bulk`` requests in a thread of a pool; they are finished (dead letters, checkpoint) in
@@ -173,7 +178,7 @@ class IndexJob:
 
         width = self.write_concurrency
         pool = ThreadPoolExecutor(width, thread_name_prefix="lsr-os-bulk") if width > 1 else None
-        in_flight: deque = deque()  # (future of outcomes, sources, progress), oldest first
+        in_flight = self._in_flight  # (future of outcomes, sources, progress), oldest first
         try:
             while True:
                 item = self.queue.get()
@@ -183,9 +188,12 @@ class IndexJob:
                     continue  # drain after a failure so the producer never blocks
                 actions, sources, progress = item
                 try:
-                    t0 = time.perf_counter()
                     if hasattr(actions, "result"):  # lines from the document workers
-                        actions = [{"_id": did, "_ndjson": lines} for did, lines in actions.result()]
+                        t0 = time.perf_counter()
+                        lines = actions.result()
+                        self.timing["documents_wait"] += time.perf_counter() - t0
+                        actions = [{"_id": did, "_ndjson": line} for did, line in lines]
+                    t0 = time.perf_counter()
                     if pool is None:
                         outcomes = self.writer.write(actions) if actions else []
                         self.timing["write"] += time.perf_counter() - t0
@@ -215,7 +223,11 @@ class IndexJob:
         self._acknowledged(outcomes, sources, progress)
 
     def _acknowledged(self, outcomes, sources: dict, progress: _Progress) -> None:
-        """Count a written chunk's outcomes, dead-letter the refused documents, checkpoint."""
+        """Count a written chunk's outcomes, dead-letter the refused documents, checkpoint: after every chunk, but
+        while more chunks wait in the writer's queue at most every ``checkpoint_interval_s`` (each checkpoint fsyncs
+        the output and the reports; a later checkpoint covers the chunks before it, and a resume rewinds to the last
+        one, so nothing is written twice or lost)."""
+        t0 = time.perf_counter()
         for out in outcomes:
             if out.ok:
                 self.writer_counters["indexed"] += 1
@@ -228,7 +240,11 @@ class IndexJob:
             merged = Counter(progress.counters)
             merged.update(self.writer_counters)
             progress = replace(progress, counters=merged)
-        self._save_checkpoint(progress)
+        behind = self.queue.qsize() > 0 or len(self._in_flight) > 0
+        if not behind or t0 - self._checkpointed_at >= self.config.checkpoint_interval_s:
+            self._save_checkpoint(progress)
+            self._checkpointed_at = time.perf_counter()
+        self.timing["checkpoint"] += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ chunks
     # Chunks are encoded in order; with a device pool (several GPUs) up to ``inflight`` chunks are
@@ -273,9 +289,11 @@ class IndexJob:
         """Submit a chunk for encoding (texts over the token cap split into passages under ``split``).
         With packed batching the chunk is tokenized once, here, and the ids go to the encoder."""
         encoder = self.encoder
+        t0 = time.perf_counter()
         records = self._drop_duplicates(records)
         self.seen.commit()
         skipped_size = self.skipped.sync()
+        self.timing["duplicates"] += time.perf_counter() - t0
         texts = [r.text for r in records]
         tokens, over = None, None  # over: texts past the token cap (None: known once the pipeline tokenized them)
         counted_later = getattr(encoder, "runner", None) is not None or getattr(encoder, "counts_tokens", False)
@@ -337,14 +355,14 @@ class IndexJob:
         counters_now = Counter(progress.counters)
         counters_now.update(self.encode_counters)
         progress = replace(progress, counters=counters_now)
-        while True:
-            if self.failure:
-                return
+        t0 = time.perf_counter()
+        while not self.failure:
             try:
                 self.queue.put((actions, sources, progress), timeout=0.5)
-                return
+                break
             except queue.Full:
                 continue
+        self.timing["queue_wait"] += time.perf_counter() - t0
 
     def _records(self, checkpoint: Checkpoint | None):
         """The corpus's records (and bad lines) from the checkpoint on."""
@@ -532,8 +550,7 @@ class IndexJob:
             "resumed_from_position": resumed_from,
             "this_run": {"indexed": indexed_now, "elapsed_s": round(elapsed, 3),
                          "docs_per_s": round(indexed_now / elapsed, 2) if elapsed > 0 else None,
-                         "encode_s": round(self.timing["encode"], 3), "build_s": round(self.timing["build"], 3),
-                         "write_s": round(self.timing["write"], 3),
+                         **{f"{k}_s": round(v, 3) for k, v in self.timing.items()},  # IndexJob.timing
                          "setup_s": round(self.setup_s, 3), "bulk_concurrency": self.write_concurrency},
             "encoder": {"model": str(config.model), "runtime": config.encoder_runtime,
                         "device": str(encoder.device), "precision": encoder.precision,

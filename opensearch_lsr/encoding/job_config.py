@@ -58,6 +58,9 @@ class IndexJobConfig(ArtifactConfig):
     batch_size: int = 32
     chunk_docs: int = 256
     queue_size: int = 4
+    # while chunks wait in the writer's queue, a checkpoint at most this often (0: after every chunk, as when the
+    # writer keeps up): each one fsyncs the output and the reports
+    checkpoint_interval_s: float = 1.0
     device: str | None = None
     precision: str = "auto"
     text_field: str = DEFAULT_TEXT_FIELD
@@ -99,6 +102,8 @@ class IndexJobConfig(ArtifactConfig):
         if self.build_workers and (self.backend != "ndjson" or self.long_text != "truncate"):
             raise ValueError(f"build_workers (--build-workers) applies to the ndjson backend with long_text truncate "
                              f"(here {self.backend}, {self.long_text}): those documents are built in this process")
+        if self.checkpoint_interval_s < 0:
+            raise ValueError("checkpoint_interval_s must be >= 0")
         if self.chunk_docs < 1 or self.queue_size < 1 or self.batch_size < 1 or self.window_docs < 1:
             raise ValueError("chunk_docs, queue_size, batch_size and window_docs must be >= 1")
         parse_prune(self.prune)  # validates

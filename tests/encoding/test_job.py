@@ -100,6 +100,41 @@ def test_ndjson_resume_truncates_and_never_duplicates(tmp_path, tiny_source_dir,
     assert summary["skipped"] == {"duplicate_id": 1, "empty_text": 1, "malformed": 1}
 
 
+class _SlowFirstWriter(_CrashingWriter):
+    """Its first write waits, so the chunks after it queue up behind the writer."""
+
+    def write(self, actions):
+        if self.calls == 0:
+            time.sleep(1.5)
+        return super().write(actions)
+
+
+@pytest.mark.parametrize("interval", [0.0, 60.0])
+def test_a_writer_behind_checkpoints_less_often_and_a_resume_still_writes_each_document_once(
+        tmp_path, tiny_source_dir, tiny_encoder, monkeypatch, interval):
+    from opensearch_lsr.encoding.job import IndexJob
+
+    saved = []
+    save = IndexJob._save_checkpoint
+    monkeypatch.setattr(IndexJob, "_save_checkpoint", lambda self, progress, done=False: (
+        saved.append((progress.position, done)), save(self, progress, done))[-1])
+    corpus, valid = _corpus(tmp_path / "c.jsonl", 60)
+    out = tmp_path / "bulk"
+    cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="ndjson", index=str(out),
+                         chunk_docs=6, ndjson_docs_per_file=10, checkpoint_interval_s=interval)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_index_job(cfg, encoder=tiny_encoder, writer=_SlowFirstWriter(out, "bulk", crash_after=6, docs_per_file=10),
+                      progress=False)
+    if interval:  # chunks 2-6 were queued behind the first write: only the first of them is checkpointed
+        assert len(saved) < 6 and saved[0][0] > 0
+    else:
+        assert len(saved) == 6
+    summary = run_index_job(cfg, encoder=tiny_encoder, resume=True, progress=False)
+    docs, n = read_ndjson_documents(out)
+    assert set(docs) == valid and n == len(valid) == summary["indexed"]
+    assert summary["this_run"]["checkpoint_s"] >= 0 and summary["this_run"]["duplicates_s"] > 0
+
+
 def test_ndjson_files_of_an_earlier_run_are_replaced_on_restart_and_refused_otherwise(tmp_path, tiny_source_dir,
                                                                                       tiny_encoder):
     """A run with no checkpoint to continue from never appends to an earlier run's files: that would leave two runs'

@@ -78,17 +78,20 @@ def _record_checkpoints(monkeypatch, writer):
     return saved
 
 
-def test_chunks_overlap_and_checkpoints_stay_in_order(tmp_path, tiny_source_dir, encoder, monkeypatch):
+@pytest.mark.parametrize("interval", [0.0, 1.0])
+def test_chunks_overlap_and_checkpoints_stay_in_order(tmp_path, tiny_source_dir, encoder, monkeypatch, interval):
     corpus = _corpus(tmp_path / "c.jsonl", 40)
     writer = _SlowFirstWriter()
     saved = _record_checkpoints(monkeypatch, writer)
     cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="opensearch", index="idx",
-                         work_dir=str(tmp_path / "w"), chunk_docs=4, bulk_concurrency=4)
+                         work_dir=str(tmp_path / "w"), chunk_docs=4, bulk_concurrency=4, checkpoint_interval_s=interval)
     summary = run_index_job(cfg, encoder=encoder, writer=writer, progress=False)
     assert writer.max_in_flight >= 2  # chunks really were written at once
     assert writer.done != sorted(writer.done)  # and finished out of order
     positions = [p for p, done, _ in saved if not done]
-    assert positions == sorted(positions) and sorted(set(positions)) == [4 * (k + 1) for k in range(10)]
+    assert positions == sorted(positions) and set(positions) <= {4 * (k + 1) for k in range(10)}
+    if not interval:  # every chunk; with an interval, chunks written while others wait may share one
+        assert sorted(set(positions)) == [4 * (k + 1) for k in range(10)]
     for position, _, completed in saved:  # never ahead of a chunk the writer has not finished
         assert set(range(position // 4)) <= set(completed)
     assert summary["indexed"] == 39 and summary["dead_lettered"] == 1
@@ -103,7 +106,7 @@ def test_a_failed_chunk_stops_the_job_at_the_last_acknowledged_one_and_resume_fi
     corpus = _corpus(tmp_path / "c.jsonl", 40)
     writer = _SlowFirstWriter(fail_chunk=4)  # chunk 4 (docs 16-19) fails while later ones are in flight
     cfg = IndexJobConfig(corpus=str(corpus), model=str(tiny_source_dir), backend="opensearch", index="idx",
-                         work_dir=str(tmp_path / "w"), chunk_docs=4, bulk_concurrency=3)
+                         work_dir=str(tmp_path / "w"), chunk_docs=4, bulk_concurrency=3, checkpoint_interval_s=0)
     with pytest.raises(ConnectionError, match="chunk 4"):
         run_index_job(cfg, encoder=encoder, writer=writer, progress=False)
     stopped = Checkpoint.load(tmp_path / "w" / "checkpoint.json")
