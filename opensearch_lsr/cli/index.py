@@ -7,7 +7,8 @@ import sys
 import click
 
 from ..engines import connection_options
-from .app import cli, compile_setting, echo_json, fail, ray_options, refuse_cluster_options, user_errors
+from .app import (cli, compile_setting, echo_json, fail, ray_options, refuse_cluster_options, typed_options,
+                  user_errors)
 
 __all__ = ["index_command"]
 
@@ -73,7 +74,10 @@ __all__ = ["index_command"]
 @click.option("--no-compile", is_flag=True, help="Packed batching: never torch.compile (eager kernels only).")
 @click.option("--chunk-docs", type=int, default=256, show_default=True,
               help="Documents per chunk: what is encoded, written and checkpointed together (a checkpoint fsyncs "
-                   "the output; while chunks wait for the writer, at most one a second).")
+                   "the output; while chunks wait for the writer, at most one per --checkpoint-interval).")
+@click.option("--checkpoint-interval", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between checkpoints while chunks wait for the writer (0: one after every chunk). A "
+                   "resume rewinds to the last one, so a longer interval only means more work redone after a crash.")
 @click.option("--bulk-concurrency", type=click.IntRange(1, 8), default=None,
               help="Cluster backends: chunks written at once (concurrent _bulk requests, each chunk checkpointed "
                    "in order once acknowledged) [default: 2; local and ndjson write one at a time].")
@@ -119,7 +123,8 @@ __all__ = ["index_command"]
 @connection_options("opensearch")
 def index_command(corpus, model, backend, index_name, work_dir, resume, restart, corpus_format, id_field,
                   corpus_text_field, corpus_title_field, invalid_utf8, key_format, prune, long_text, batch_size,
-                  chunk_docs, bulk_concurrency, batching, max_batch_tokens, window_docs, build_workers, encoder_process,
+                  chunk_docs, checkpoint_interval, bulk_concurrency, batching, max_batch_tokens, window_docs,
+                  build_workers, encoder_process,
                   compile_,
                   no_compile, device, precision,
                   text_field, sparse_field, limit, threads,
@@ -172,8 +177,9 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                                 corpus_format=corpus_format, id_field=id_field, corpus_text_field=corpus_text_field,
                                 corpus_title_field=corpus_title_field, invalid_utf8=invalid_utf8,
                                 key_format=key_format, prune=prune, long_text=long_text, batch_size=batch_size,
-                                chunk_docs=chunk_docs, device=device, precision=precision, text_field=text_field,
-                                sparse_field=sparse_field, limit=limit, threads=threads,
+                                chunk_docs=chunk_docs, checkpoint_interval_s=checkpoint_interval,
+                                device=device, precision=precision, text_field=text_field, sparse_field=sparse_field,
+                                limit=limit, threads=threads,
                                 encoder_runtime=encoder_runtime, batching=batching,
                                 max_batch_tokens=max_batch_tokens, compile=compile_setting(compile_, no_compile),
                                 window_docs=window_docs, build_workers=build_workers,
@@ -188,6 +194,8 @@ def index_command(corpus, model, backend, index_name, work_dir, resume, restart,
                 fail("--encoder-process applies to --engine single (with ray, every actor is a process of its own)")
             if build_workers is not None:
                 fail("--build-workers applies to --engine single (with ray, every actor builds its own documents)")
+            if typed_options(click.get_current_context(), ["checkpoint_interval"]):
+                fail("--checkpoint-interval applies to --engine single (with ray, each block is recorded once written)")
             from ..encoding.ray_job import run_ray_index_job
 
             options = ray_options(engine, {"workers": workers, "address": address, "calls_per_worker": calls_per_worker,

@@ -77,3 +77,15 @@ def test_index_window_docs_reaches_the_job_and_must_be_positive(tmp_path, monkey
     assert seen == [4096, 1024]
     res = CliRunner().invoke(cli, base + ["--window-docs", "0"])
     assert res.exit_code != 0 and "Traceback" not in res.output
+
+
+def test_index_checkpoint_interval_reaches_the_job_and_applies_to_the_single_engine(tmp_path, monkeypatch):
+    base, seen = _job_setting(tmp_path, monkeypatch, "checkpoint_interval_s")
+    for extra in ([], ["--checkpoint-interval", "0"]):
+        res = CliRunner().invoke(cli, base + extra)
+        assert res.exit_code == 0, res.output
+    assert seen == [1.0, 0.0]
+    res = CliRunner().invoke(cli, base + ["--checkpoint-interval", "-1"])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    res = CliRunner().invoke(cli, base + ["--engine", "ray", "--checkpoint-interval", "5"])
+    assert res.exit_code != 0 and "--checkpoint-interval applies to --engine single" in res.output
