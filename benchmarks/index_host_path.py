@@ -6,16 +6,23 @@ vectors are ready (one real vector per passage, encoded once before the clock), 
 path alone. The baseline, no document workers, is measured in the same run; every variant must write the
 same bytes.
 
+``--fsync-ms`` emulates a slower disk: every ``os.fsync`` of the job (the NDJSON parts at each checkpoint, the
+reports) takes that much longer; ``--checkpoint-intervals`` runs each row at each ``checkpoint_interval_s`` (0: a
+checkpoint after every chunk; the baseline is the first value given).
+
     python benchmarks/index_host_path.py --repeat 4 --workers 0 2 --md runs/index_host_path.md
+    python benchmarks/index_host_path.py --workers 0 --checkpoint-intervals 0 1 --fsync-ms 0 10 --md FILE
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness import ROOT, markdown_table, run_info, write_results
@@ -73,6 +80,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--model", default=None, help="Encoder dir whose vectors are used [default: SPLADE-tiny].")
     p.add_argument("--repeat", type=int, default=4, help="Copies of the corpus (ids made unique).")
     p.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="--build-workers values; 0 is the baseline.")
+    p.add_argument("--checkpoint-intervals", type=float, nargs="+", default=[IndexJobConfig.checkpoint_interval_s],
+                   help="checkpoint_interval_s values (0: after every chunk); the first is the baseline's.")
+    p.add_argument("--fsync-ms", type=float, nargs="+", default=[0.0],
+                   help="Extra milliseconds per os.fsync (a slower disk), each value a set of rows.")
     p.add_argument("--md", default=None, help="Markdown results (a JSON beside it).")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="index-host-"))
@@ -82,31 +93,55 @@ def main(argv: list[str] | None = None) -> dict:
     ready = ReadyVectors(encoder, passage_texts(rows))
     prepare_s = time.perf_counter() - t0
     results = {}
-    for workers in dict.fromkeys([0, *args.workers]):
-        cfg = IndexJobConfig(corpus=str(big), model=str(args.model or splade_tiny_path()), backend="ndjson",
-                             index=str(work / f"out-{workers}"), build_workers=workers)
-        run = IndexJob(cfg, encoder=ready, progress=False).run(restart=True)["this_run"]
-        digest = hashlib.sha256()
-        for part in sorted((work / f"out-{workers}").glob("bulk-*.ndjson")):
-            digest.update(part.read_bytes().replace(f'"_index":"out-{workers}"'.encode(), b'"_index":"out"'))
-        results[workers] = {**run, "sha256": digest.hexdigest()}
-    base = results[0]
-    for r in results.values():
+    for fsync_ms in args.fsync_ms:
+        for interval in args.checkpoint_intervals:
+            for workers in dict.fromkeys([0, *args.workers]):
+                key = (fsync_ms, interval, workers)
+                out = work / "out-{}-{}-{}".format(*key)
+                cfg = IndexJobConfig(corpus=str(big), model=str(args.model or splade_tiny_path()), backend="ndjson",
+                                     index=str(out), build_workers=workers, checkpoint_interval_s=interval)
+                with _slower_fsync(fsync_ms):
+                    run = IndexJob(cfg, encoder=ready, progress=False).run(restart=True)["this_run"]
+                digest = hashlib.sha256()
+                for part in sorted(out.glob("bulk-*.ndjson")):
+                    digest.update(part.read_bytes().replace(f'"_index":"{out.name}"'.encode(), b'"_index":"out"'))
+                results[key] = {**run, "sha256": digest.hexdigest()}
+    for (fsync_ms, _, _), r in results.items():  # each disk's baseline: no workers, the first interval
+        base = results[(fsync_ms, args.checkpoint_intervals[0], 0)]
         r["vs_no_workers"] = round(r["docs_per_s"] / base["docs_per_s"], 2)
         r["same_bytes_as_no_workers"] = r["sha256"] == base["sha256"]
     payload = {"documents": len(rows) * args.repeat, "prepare_s": round(prepare_s, 1),
-               "runs": {str(k): v for k, v in results.items()}}
-    table = markdown_table(["--build-workers", "docs/s", "x no workers", "build s", "write s", "elapsed s", "same bytes"],
-                           [[k, v["docs_per_s"], v["vs_no_workers"], v["build_s"], v["write_s"], v["elapsed_s"],
-                             v["same_bytes_as_no_workers"]] for k, v in results.items()], floats=".2f")
+               "runs": {"fsync+{}ms/interval={}/workers={}".format(*k): v for k, v in results.items()}}
+    table = markdown_table(["fsync + ms", "checkpoint_interval_s", "--build-workers", "docs/s",
+                            f"x no workers, interval {args.checkpoint_intervals[0]:g}", "build s", "write s",
+                            "checkpoint s", "elapsed s", "same bytes"],
+                           [[*k, v["docs_per_s"], v["vs_no_workers"], v["build_s"], v["write_s"], v["checkpoint_s"],
+                             v["elapsed_s"], v["same_bytes_as_no_workers"]] for k, v in results.items()], floats=".2f")
     md = (f"# Host path of `lsr-os index --backend ndjson` (an encoder that costs nothing)\n\n"
-          f"{payload['documents']:,} passages (the corpus x{args.repeat}), vectors ready before the clock.\n\n{table}\n")
+          f"{payload['documents']:,} passages (the corpus x{args.repeat}), vectors ready before the clock; "
+          f"\"fsync + ms\": every fsync of the job made that much slower.\n\n{table}\n")
     print(md)
     if args.md:
         write_results(Path(args.md).with_suffix(""), payload, md, run_info())
     if not all(r["same_bytes_as_no_workers"] for r in results.values()):
         raise SystemExit("the variants wrote different NDJSON")
     return payload
+
+
+@contextmanager
+def _slower_fsync(extra_ms: float):
+    """``os.fsync`` takes ``extra_ms`` longer (sleeping, the interpreter lock released, as a disk's wait is)."""
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        time.sleep(extra_ms / 1e3)
+
+    os.fsync = fsync if extra_ms > 0 else real
+    try:
+        yield
+    finally:
+        os.fsync = real
 
 
 if __name__ == "__main__":

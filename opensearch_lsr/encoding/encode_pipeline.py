@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from collections.abc import Sequence
@@ -147,8 +148,10 @@ class PipelinedEncoder:
                 if not self._flushed:
                     self._flushed = True
                     return []
+                t0 = time.perf_counter()
                 with thawed() if self._frozen else nullcontext():  # idle: the process's heap is not kept frozen
                     item = self._peek(block=True)
+                self.encoder.runner.stats.by_stage["source_caller"] += time.perf_counter() - t0
             if item is _STOP:
                 return window or None
             if window and not item.ready():
@@ -156,7 +159,9 @@ class PipelinedEncoder:
             self._ahead.popleft()
             self._flushed = False
             self._open[item.serial] = item
-            item.start()
+            t0 = time.perf_counter()
+            item.start()  # waits for the ids of the window's first chunk only
+            self.encoder.runner.stats.by_stage["source_tokenizer"] += time.perf_counter() - t0
             if not item.missing:
                 del self._open[item.serial]
                 item.future.set_result([])

@@ -45,9 +45,10 @@ class RunnerStats:
     documents: int = 0
     nonfinite_dropped: int = 0
     #: ``launch``: queuing batches on the device; ``wait``: for their results; ``split``: into vectors;
-    #: ``source``: for the next batch (tokenizing, the window's cut, or a caller with nothing queued)
-    by_stage: dict[str, float] = field(default_factory=lambda: {"launch": 0.0, "wait": 0.0, "split": 0.0,
-                                                                "source": 0.0})
+    #: ``source``: for the next batch (tokenizing, the window's cut, or a caller with nothing queued), of which
+    #: ``source_caller`` for a chunk to be queued and ``source_tokenizer`` for a queued chunk's ids (a job's pipeline)
+    by_stage: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("launch", "wait", "split", "source", "source_caller", "source_tokenizer"), 0.0))
     #: waits for the next batch longer than 1 ms (the device runs dry if they outlast what is in flight)
     source_waits_over_1ms: int = 0
     #: batches encoded again by the fallback model because their weights came out NaN / inf (fp16's overflow)

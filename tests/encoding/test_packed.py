@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from types import SimpleNamespace
 from unittest.mock import patch
 
@@ -487,6 +488,27 @@ def test_pipeline_resolves_a_lone_chunk_without_more_input(splade_tiny_dir):
     assert pipe.max_inflight(256) >= 2 * (10_000 // 256)
 
 
+def test_the_device_thread_says_whether_it_waited_for_the_caller_or_for_the_tokenizer(splade_tiny_dir):
+    from concurrent.futures import Future
+
+    enc = _echo_encoder(splade_tiny_dir)
+    pipe = PipelinedEncoder(enc, window_docs=10_000)
+    assert pipe.submit(["seoul"]).result(timeout=30)
+    stages = enc.runner.stats.by_stage
+    caller0, tokenizer0 = stages["source_caller"], stages["source_tokenizer"]
+    time.sleep(0.3)  # nothing queued: the device thread waits for the caller
+    slow: Future = Future()
+    enc.tokenize_async = lambda texts: slow
+    fut = pipe.submit(["paris", "river"])  # queued, its ids not there yet: the device thread waits for the tokenizer
+    time.sleep(0.3)
+    slow.set_result(enc.once_tokenizer(["paris", "river"]))
+    assert len(fut.result(timeout=30)) == 2
+    pipe.close()
+    stages = enc.runner.stats.by_stage
+    assert stages["source_caller"] - caller0 >= 0.25 and stages["source_tokenizer"] - tokenizer0 >= 0.25
+    assert stages["source"] >= stages["source_caller"] + stages["source_tokenizer"] - 0.01
+
+
 # ---------------------------------------------------------------------------------------------- the job
 def test_index_job_writes_the_same_ndjson_pipelined_or_not_and_close_to_the_padded_path(splade_tiny_dir, tmp_path):
     from opensearch_lsr.encoding.job import IndexJobConfig, run_index_job
@@ -507,7 +529,8 @@ def test_index_job_writes_the_same_ndjson_pipelined_or_not_and_close_to_the_padd
     assert packed_summary["encoder"]["batching"] == "packed" and packed_summary["indexed"] == len(TEXTS) * 5 - 5
     assert packed_summary["skipped"] == {"empty_text": 5} and packed_summary["truncated"] == 5
     device_thread = packed_summary["encoder"]["device_thread_s"]  # where the device thread's time went
-    assert set(device_thread) == {"launch", "wait", "split", "source"} and device_thread["launch"] > 0
+    assert set(device_thread) == {"launch", "wait", "split", "source", "source_caller", "source_tokenizer"}
+    assert device_thread["launch"] > 0 and device_thread["source"] >= device_thread["source_tokenizer"]
     assert packed_summary["encoder"]["batches"] >= 1 and packed_summary["encoder"]["head_precision"] == "float32"
     # the same records through the in-memory path (encode() per chunk of 8, no pipeline): the same bytes
     from opensearch_lsr.encoding.indexing import index_records

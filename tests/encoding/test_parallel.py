@@ -84,7 +84,7 @@ def test_encoder_process_on_one_device_writes_the_same_documents(tmp_path, tiny_
         # what the encoder resolved "auto" to, and (packed batching) its device thread's times, in or out of process
         assert summary["encoder"]["precision"] == "fp32" and summary["encoder"]["batching"] == "packed"
         assert summary["encoder"]["batches"] >= 1 and set(summary["encoder"]["device_thread_s"]) == {
-            "launch", "wait", "split", "source"}
+            "launch", "wait", "split", "source", "source_caller", "source_tokenizer"}
         written[name] = [json.loads(line) for line in (tmp_path / name / "bulk-00000.ndjson").read_text().splitlines()]
     assert summary["encoder"]["device"] == "cpu"
     for a, b in zip(written["inline"], written["process"]):
