@@ -670,12 +670,14 @@ def bench_model(name: str, model: str, ids: list[str], texts: list[str], device:
             runs["packed --checkpoint-interval 0"] = ("packed", ("--checkpoint-interval", "0"))
         if "ndjson_chunk" not in args.skip:  # four times fewer chunks: per-chunk costs (tokenizer calls, futures)
             runs["packed --chunk-docs 1024"] = ("packed", ("--chunk-docs", "1024"))
+        if "ndjson_workers4" not in args.skip:  # half the default's document workers: fewer cores taken from the
+            runs["packed --build-workers 4"] = ("packed", ("--build-workers", "4"))  # tokenizer and the threads
         res["ndjson_end_to_end"] = {k: ndjson_end_to_end(model, corpus_file, device, b, work, extra)
                                     for k, (b, extra) in runs.items()}
         for key, base in (("packed", "packed"), ("packed --build-workers 0", "packed"),
                           (f"packed {other}", "packed_other"), ("packed --encoder-process", "packed"),
                           ("packed --window-docs 1024", "packed"), ("packed --checkpoint-interval 0", "packed"),
-                          ("packed --chunk-docs 1024", "packed"),
+                          ("packed --chunk-docs 1024", "packed"), ("packed --build-workers 4", "packed"),
                           ("packed --compile norm", "packed_norm"), ("packed --compile graphs", "packed_graphs"),
                           ("packed --compile body", "packed_body")):
             pk = res["ndjson_end_to_end"].get(key, {})
@@ -828,7 +830,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--skip", nargs="*", default=[], help="Sections to leave out: reference, packed, packed_other, packed_block, packed_norm, packed_graphs, word_cache, tokenizer_processes, packed_fp32, instrumentation, "
                         "segment_max, budgets, exactness, ndjson (ndjson_process: its --encoder-process run; ndjson_workers0: its --build-workers 0 run; ndjson_window: its "
                         "--window-docs 1024 run; ndjson_checkpoint: its --checkpoint-interval 0 run; ndjson_chunk: its "
-                        "--chunk-docs 1024 run), mrr.")
+                        "--chunk-docs 1024 run; ndjson_workers4: its --build-workers 4 run), mrr.")
     p.add_argument("--targets", action="store_true",
                    help=f"Only the sections the targets are read from, and compile=\"graphs\" (leaves out "
                         f"{', '.join(NOT_TARGETS)}, the padded job and the old tokenizer layout): about half the "
