@@ -146,6 +146,22 @@ def test_index_engine_ray_on_elasticsearch_hands_the_actors_a_picklable_writer_f
     refused = CliRunner().invoke(cli, args + ["--workers", "2"])          # Ray options without --engine ray
     assert refused.exit_code != 0 and "--workers only applies with --engine ray" in refused.output
 
+def test_index_on_elasticsearch_hands_the_job_its_window_and_checkpoint_interval(es_double, tmp_path, monkeypatch):
+    """The Elasticsearch route read --window-docs and --checkpoint-interval; the job gets what was typed."""
+    from opensearch_lsr.encoding import job
+
+    seen = []
+    monkeypatch.setattr(job, "run_index_job", lambda config, **kw: seen.append(config) or {"indexed": 0})
+    monkeypatch.delenv("ELASTICSEARCH_URL", raising=False)
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"_id": "1", "text": "a"}\n', encoding="utf-8")
+    args = ["index", "--backend", "elasticsearch", "--corpus", str(corpus), "--model", "splade-tiny", "--index", "docs",
+            "--url", es_double.url, "--no-progress"]
+    _json(CliRunner().invoke(cli, args))
+    _json(CliRunner().invoke(cli, args + ["--window-docs", "1024", "--checkpoint-interval", "0"]))
+    assert [(c.window_docs, c.checkpoint_interval_s) for c in seen] == [(4096, 1.0), (1024, 0.0)]
+
+
 def test_options_the_chosen_cluster_kind_would_drop_are_refused(es_bundle, tmp_path):
     """Nothing typed is dropped in silence: another route's options are one sentence, before any connection."""
     url = ["--url", "http://127.0.0.1:9"]  # never reached: the refusal comes first
