@@ -240,7 +240,14 @@ def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
                 runs.setdefault((window, capture_after), []).append({
                     "docs_per_s": run["docs_per_s"], "elapsed_s": run["elapsed_s"],
                     "device_thread_waited_for_batches_s": summary["encoder"]["device_thread_s"]["source"],
-                    "main_thread_waited_for_vectors_s": run["encode_s"], **_graph_counts(device)})
+                    # of which for the job to queue a chunk, or for a queued chunk's ids
+                    "device_thread_waited_for_the_job_s": summary["encoder"]["device_thread_s"]["source_caller"],
+                    "device_thread_waited_for_the_tokenizer_s":
+                        summary["encoder"]["device_thread_s"]["source_tokenizer"],
+                    "main_thread_waited_for_vectors_s": run["encode_s"],
+                    "main_thread_waited_for_the_writer_s": run["queue_wait_s"],
+                    "writer_waited_for_documents_s": run["documents_wait_s"], "checkpoint_s": run["checkpoint_s"],
+                    **_graph_counts(device)})
     base = statistics.median(r["docs_per_s"] for r in runs[(DEFAULT_WINDOW, policies[0])])
     table = []
     for (window, capture_after), rs in runs.items():
