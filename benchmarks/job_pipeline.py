@@ -10,7 +10,8 @@ device work emulated: a batch takes ``docs / --device-docs-per-s`` seconds on a 
 before (waiting for it sleeps), and launching it holds the interpreter lock ``--launch-us-per-doc`` microseconds per
 document (an H200 host took 36-50 us per Korean passage: 12.7 ms per 32k-token batch of about 350 in
 ``tokenizer_process.py``'s runs, 1.47 s for 29,116 in run 17's job with ``--compile body``). Every vector is one
-fixed 200-id vector. The tokenizer (the kobigbird vocabulary of the shared data) and every other stage are real.
+fixed 200-id vector, handed back as the device's sparsify hands a batch's (flat host arrays, taken by the real
+``PendingSparse.result``). The tokenizer (the kobigbird vocabulary of the shared data) and every other stage are real.
 
 With ``--capture-after``, each batch is also padded to its graph bucket (``Segments.packed_batch``, as on CUDA)
 and goes through a real :class:`~opensearch_lsr.encoding.graph_replay.GraphReplay` whose capture is emulated: it
@@ -48,6 +49,7 @@ from gpu_encode import random_mlm
 from harness import markdown_table, run_info, write_results
 from index_host_path import passage_texts, repeated_corpus
 
+from opensearch_lsr.encoding.device_sparse import PendingSparse
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
 from opensearch_lsr.encoding.graph_buckets import graph_shape
 from opensearch_lsr.encoding.graph_replay import GraphReplay
@@ -68,20 +70,32 @@ H200_CAPTURE_MS, H200_DOCS_PER_S = 92.0, 15_943
 H200_REPLAY_LAUNCH_MS = 14.3
 
 
-class _Pending:
-    """A launched batch: its vectors, ready once the virtual device's clock passes ``end``."""
+class _Pending(PendingSparse):
+    """A launched batch: its vectors as the device's sparsify leaves them (flat ids, weights and counts in host
+    memory, taken by the real :meth:`~opensearch_lsr.encoding.device_sparse.PendingSparse.result`), ready once the
+    virtual device's clock passes ``end``."""
 
-    def __init__(self, vectors: list[SparseVector], end: float) -> None:
-        self.vectors, self.end = vectors, end
+    def __init__(self, flat: _FlatResults, docs: int, end: float) -> None:
+        size = docs * flat.per_doc
+        super().__init__(flat.ids[:size], flat.weights[:size], flat.counts[:docs], flat.nonfinite)
+        self.end = end
 
     def wait(self) -> None:
         left = self.end - time.perf_counter()
         if left > 0:
             time.sleep(left)
 
-    def result(self) -> tuple[list[SparseVector], int]:
-        self.wait()
-        return self.vectors, 0
+
+class _FlatResults:
+    """What :func:`~opensearch_lsr.encoding.device_sparse.sparsify` copies to the host for up to ``docs`` documents
+    of ``vector`` (ids, weights, counts, a zero non-finite count), made once: a batch takes views of its first rows."""
+
+    def __init__(self, vector: SparseVector, docs: int) -> None:
+        self.per_doc = len(vector.ids)
+        self.ids = torch.from_numpy(np.tile(vector.ids.astype(np.int32), docs))
+        self.weights = torch.from_numpy(np.tile(vector.weights.astype(np.float32), docs))
+        self.counts = torch.full((docs,), self.per_doc, dtype=torch.int32)
+        self.nonfinite = torch.zeros((), dtype=torch.int32)
 
 
 def _hold(seconds: float) -> None:
@@ -109,6 +123,7 @@ class EmulatedDevice:
         self.docs_per_s, self.launch_s_per_doc, self.vector = docs_per_s, launch_us_per_doc / 1e6, vector
         self.capture_s, self.replay_launch_s, self.max_doc = capture_ms / 1e3, replay_launch_ms / 1e3, max_doc
         self.free_at = 0.0
+        self._flat = _FlatResults(vector, 1024)  # grown when a batch has more documents
         self.graphs = None if capture_after is None else GraphReplay(lambda ids, seg: ids, capture=self._capture,
                                                                      capture_after=capture_after)
 
@@ -143,7 +158,9 @@ class EmulatedDevice:
         _hold(launch_s)  # Python work, as launching a batch's kernels is
         start = max(time.perf_counter(), self.free_at)
         self.free_at = start + n / self.docs_per_s
-        return _Pending([self.vector] * n, self.free_at)
+        if n > len(self._flat.counts):
+            self._flat = _FlatResults(self.vector, 2 * n)
+        return _Pending(self._flat, n, self.free_at)
 
 
 def _graph_counts(device: EmulatedDevice) -> dict:

@@ -5,8 +5,8 @@ vocabulary) and then looped over its rows in numpy. Here the contract's rule (a 
 is finite and at least ``Float.MIN_NORMAL``, contract section 4.1; special ids are already zero) is
 applied on the device, ``torch.nonzero`` lists the kept entries row-major (so ids ascend within each
 document), and the ids, weights and counts are copied into one pinned host buffer without blocking. The host
-waits on one CUDA event per batch (:meth:`PendingSparse.result`), then splits the flat arrays by the
-counts. In float32 the result is bit-identical to
+waits on one CUDA event per batch (:meth:`PendingSparse.result`) and keeps the flat arrays
+(:class:`~.sparse_vector.SparseVectors`). In float32 the result is bit-identical to
 :meth:`~opensearch_lsr.encoding.encoder.SparseDocumentEncoder.to_sparse` of the same dense weights.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..contract import FLOAT_MIN_NORMAL
-from .sparse_vector import SparseVector
+from .sparse_vector import SparseVectors
 
 __all__ = ["PendingSparse", "sparsify"]
 
@@ -38,7 +38,7 @@ class PendingSparse:
         if self.event is not None:
             self.event.synchronize()
 
-    def result(self) -> tuple[list[SparseVector], int]:
+    def result(self) -> tuple[SparseVectors, int]:
         """The vectors (after :meth:`wait`) and the number of non-finite weights dropped."""
         self.wait()
         counts = self.counts.numpy()
@@ -48,10 +48,8 @@ class PendingSparse:
             return again.result()
         # copies, so no vector keeps the pinned buffers alive: freed now, the host allocator hands them to the next
         # batch (views held them for as long as the documents lived, and every batch pinned fresh memory)
-        ids = self.ids.numpy()[:total].astype(np.int64)
-        weights = self.weights.numpy()[:total].copy()
-        cuts = np.cumsum(counts)[:-1]
-        vectors = [SparseVector(i, w) for i, w in zip(np.split(ids, cuts), np.split(weights, cuts))]
+        vectors = SparseVectors(self.ids.numpy()[:total].astype(np.int64), self.weights.numpy()[:total].copy(),
+                                counts.astype(np.int64))
         return vectors, int(self.nonfinite.item())
 
 

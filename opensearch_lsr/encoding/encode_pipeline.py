@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .gc_freeze import thawed
-from .sparse_vector import SparseVector
+from .sparse_vector import SparseVector, SparseVectors, in_order
 from .packed_runner import ready_batches
 from .token_ids import TokenizedTexts
 
@@ -38,12 +38,13 @@ _STOP = object()
 
 class _Chunk:
     """One submitted chunk: its ids (or their future, from the tokenizer thread), its vectors as they
-    arrive, and the future the caller holds (``future.tokens`` is set once the chunk is tokenized)."""
+    arrive (``(positions in the chunk, vectors)`` pieces, one per batch that held some of its documents), and the
+    future the caller holds (``future.tokens`` is set once the chunk is tokenized)."""
 
     def __init__(self, tokens: TokenizedTexts | Future, serial: int) -> None:
         self._tokens = tokens
         self.serial = serial
-        self.vectors: list[SparseVector | None] = []
+        self.pieces: list[tuple[np.ndarray, SparseVectors]] = []
         self.missing = 0
         self.future: Future = Future()
 
@@ -58,10 +59,9 @@ class _Chunk:
         return not isinstance(self._tokens, Future) or self._tokens.done()
 
     def start(self) -> None:
-        """Wait for the ids; make room for the vectors."""
-        n = len(self.tokens.lengths)
+        """Wait for the ids; count the vectors to come."""
         self.future.tokens = self.tokens  # type: ignore[attr-defined]
-        self.vectors, self.missing = [None] * n, n
+        self.missing = len(self.tokens.lengths)
 
 
 class PipelinedEncoder:
@@ -99,8 +99,8 @@ class PipelinedEncoder:
         return 2 * max(1, -(-self.window_docs // max(1, chunk_docs))) + 2
 
     def submit(self, chunk: Sequence[str] | TokenizedTexts) -> Future:
-        """Queue a chunk; its future resolves to one :class:`~.encoder.SparseVector` per text, in order.
-        Texts are tokenized by the encoder's tokenizer process or thread (``future.tokens`` holds the ids
+        """Queue a chunk; its future resolves to one :class:`~.sparse_vector.SparseVector` per text, in order (a
+        :class:`~.sparse_vector.SparseVectors`: flat arrays, handed to document workers as they are). Texts are tokenized by the encoder's tokenizer process or thread (``future.tokens`` holds the ids
         afterwards)."""
         if self._error is not None:
             raise RuntimeError("the encoding pipeline failed") from self._error
@@ -114,7 +114,7 @@ class PipelinedEncoder:
 
     def encode(self, texts: Sequence[str] | TokenizedTexts) -> list[SparseVector]:
         """Synchronous form of :meth:`submit`."""
-        return self.submit(texts).result()
+        return list(self.submit(texts).result())
 
     def close(self) -> None:
         """Finish what was submitted and stop the device thread."""
@@ -164,7 +164,7 @@ class PipelinedEncoder:
             self.encoder.runner.stats.by_stage["source_tokenizer"] += time.perf_counter() - t0
             if not item.missing:
                 del self._open[item.serial]
-                item.future.set_result([])
+                item.future.set_result(SparseVectors.empty())
                 continue
             keys = np.stack([np.full(item.missing, item.serial), np.arange(item.missing)], axis=1)
             window.append((keys, item.tokens))
@@ -180,15 +180,16 @@ class PipelinedEncoder:
             with runner.heap_frozen():
                 for keys, vectors in runner.stream(ready_batches(self._take_window, runner.max_batch_tokens)):
                     stats.nonfinite_dropped = dropped_before + runner.stats.nonfinite_dropped
-                    for (serial, i), vector in zip(keys.tolist(), vectors):
+                    for serial, rows in _rows_by_serial(keys[:, 0]):
                         chunk = self._open[serial]
-                        chunk.vectors[i] = vector
-                        chunk.missing -= 1
+                        chunk.pieces.append((keys[rows, 1], vectors if len(rows) == len(vectors) else vectors.take(rows)))
+                        chunk.missing -= len(rows)
                         if chunk.missing == 0:
-                            stats.texts += len(chunk.vectors)
+                            done = in_order(chunk.pieces)
+                            stats.texts += len(done)
                             stats.tokens += int(chunk.tokens.lengths.sum())
                             del self._open[serial]
-                            chunk.future.set_result(chunk.vectors)
+                            chunk.future.set_result(done)
         except BaseException as err:  # noqa: BLE001 - handed to every waiting caller
             self._error = err
             self._fail_pending(err)
@@ -206,3 +207,12 @@ class PipelinedEncoder:
                 return
             if item is not _STOP and not item.future.done():
                 item.future.set_exception(err)
+
+
+def _rows_by_serial(serials: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """A batch's rows grouped by the chunk they belong to: ``(serial, rows)`` (rows ascending within a chunk)."""
+    if len(serials) and serials[0] == serials[-1] and (serials == serials[0]).all():
+        return [(int(serials[0]), np.arange(len(serials)))]
+    order = np.argsort(serials, kind="stable")
+    cuts = np.flatnonzero(np.diff(serials[order])) + 1
+    return [(int(serials[rows[0]]), rows) for rows in np.split(order, cuts)]

@@ -24,7 +24,7 @@ import torch
 from .device_sparse import PendingSparse, sparsify
 from .gc_freeze import frozen_heap
 from .packed import PackedMLM, Segments
-from .sparse_vector import SparseVector
+from .sparse_vector import SparseVector, SparseVectors, in_order
 from .token_batches import token_budget_batches
 from .token_ids import TokenizedTexts, concat_tokenized
 
@@ -170,7 +170,7 @@ class PackedRunner:
             weights.record_stream(self.sparse_stream)
             return sparsify(weights, static_size=self.static_per_doc * len(batch.lengths))
 
-    def _take(self, pending: PendingSparse, batch: TokenizedTexts) -> list[SparseVector]:
+    def _take(self, pending: PendingSparse, batch: TokenizedTexts) -> SparseVectors:
         """A launched batch's vectors. If some weights came out NaN / inf and a :attr:`fallback` is set, the batch
         is encoded again by the fallback model and its vectors are taken instead (what stays non-finite then is
         dropped and counted, as always)."""
@@ -184,12 +184,12 @@ class PackedRunner:
         if nonfinite and self.fallback is not None:
             vectors, nonfinite = self._rerun(batch, nonfinite)
         self.stats.nonfinite_dropped += nonfinite
-        listed = sum(len(v.ids) for v in vectors)
+        listed = len(vectors.ids)
         if listed > self.static_per_doc * n_docs // 2:  # keep the static list about twice what is used
             self.static_per_doc = int(2 * listed / max(1, n_docs)) + 1
         return vectors
 
-    def _rerun(self, batch: TokenizedTexts, nonfinite: int) -> tuple[list[SparseVector], int]:
+    def _rerun(self, batch: TokenizedTexts, nonfinite: int) -> tuple[SparseVectors, int]:
         """``batch`` through the fallback model, at once (its vectors and non-finite count); the fallback is
         dropped for good when it gives non-finite weights too (the model itself outputs them: no precision helps,
         and every batch would be paid twice)."""
@@ -217,7 +217,7 @@ class PackedRunner:
         function frame, not inside the generator, so an abandoned stream cannot leave the heap frozen."""
         return frozen_heap() if self.freeze_heap else nullcontext()
 
-    def stream(self, batches: Iterator[tuple[object, TokenizedTexts]]) -> Iterator[tuple[object, list[SparseVector]]]:
+    def stream(self, batches: Iterator[tuple[object, TokenizedTexts]]) -> Iterator[tuple[object, SparseVectors]]:
         """Run ``(tag, batch)`` pairs in order with ``depth`` in flight; yields ``(tag, vectors)`` in order.
         A ``(FLUSH, None)`` pair completes everything in flight first (the source is about to wait). Callers
         that own the loop hold :meth:`heap_frozen` around it."""
@@ -264,7 +264,7 @@ class PackedRunner:
         n = len(texts)
         if not n:
             return [], 0
-        out: list[SparseVector | None] = [None] * n
+        pieces: list[tuple[np.ndarray, SparseVectors]] = []
         chunk = max(256, int(window_docs) // 8)
         bounds = [(s, min(n, s + chunk)) for s in range(0, n, chunk)]
         pending: deque = deque()
@@ -293,20 +293,15 @@ class PackedRunner:
             return window
 
         with self.heap_frozen():
-            for index, vectors in self.stream(ready_batches(take_window, self.max_batch_tokens)):
-                for i, v in zip(index.tolist(), vectors):
-                    out[i] = v
-        return out, tokens_seen  # type: ignore[return-value]
+            pieces.extend(self.stream(ready_batches(take_window, self.max_batch_tokens)))
+        return list(in_order(pieces)), tokens_seen
 
     def run(self, tokens: TokenizedTexts) -> list[SparseVector]:
         """Vectors of every text in ``tokens``, input order (batches sorted by length inside)."""
         batches = token_budget_batches(tokens.lengths, self.max_batch_tokens)
-        out: list[SparseVector | None] = [None] * len(tokens.lengths)
         with self.heap_frozen():
-            for index, vectors in self.stream((b, tokens.select(b)) for b in batches):
-                for i, v in zip(index.tolist(), vectors):
-                    out[i] = v
-        return out  # type: ignore[return-value]
+            pieces = list(self.stream((b, tokens.select(b)) for b in batches))
+        return list(in_order(pieces))
 
 
 def capturing_every_shape(runner: PackedRunner | None) -> AbstractContextManager[None]:

@@ -39,7 +39,7 @@ import numpy as np
 from ..contract import MAX_LENGTH, decode_keys
 from ..errors import LsrError
 from .encoder import EncoderStats, SparseVector, count_tokens
-from .sparse_vector import flat_vectors, split_vectors
+from .sparse_vector import SparseVectors, flat_vectors
 
 __all__ = ["resolve_devices", "DevicePool", "ChunkTokens", "EncoderProcessError", "serve"]
 
@@ -342,7 +342,7 @@ class DevicePool:
 
     def encode(self, texts: Sequence[str]) -> list[SparseVector]:
         """Blocking encode on one device (order of ``texts`` kept)."""
-        return self.submit(texts).result()
+        return list(self.submit(texts).result())
 
     __call__ = encode
 
@@ -426,7 +426,7 @@ class DevicePool:
                 return
             if kind == "done":
                 flat, dropped, full = payload
-                vectors = split_vectors(*flat)
+                vectors = SparseVectors(*flat)  # flat, as the job's document workers take them
                 future.tokens = ChunkTokens(full)  # type: ignore[attr-defined]
                 self.stats.texts += len(vectors)
                 self.stats.nonfinite_dropped += dropped
