@@ -31,10 +31,15 @@ from harness import ROOT, markdown_table, run_info, write_results
 
 sys.path.insert(0, str(ROOT))
 
-from opensearch_lsr.encoding.encode_pipeline import _rows_by_serial  # noqa: E402
-from opensearch_lsr.encoding.sparse_vector import SparseVectors, flat_vectors, in_order, split_vectors  # noqa: E402
+from opensearch_lsr.encoding.encode_pipeline import _rows_by_serial
+from opensearch_lsr.encoding.sparse_vector import (
+    SparseVectors,
+    flat_vectors,
+    in_order,
+    split_vectors,
+)
 
-__all__ = ["batches", "by_list", "by_flat", "main"]
+__all__ = ["batches", "by_flat", "by_list", "main"]
 
 
 def batches(docs: int, window: int, batch_tokens: int, chunk: int, seed: int = 0) -> list[tuple[np.ndarray, tuple]]:

@@ -4,9 +4,10 @@ On a GPU the encoder outpaces what one Python thread can turn into documents: ke
 document and its JSON are about 50-100 us of interpreter time each, and every thread of the job shares one
 interpreter lock. :class:`NdjsonDocumentPool` hands a chunk's records and vectors to worker processes
 (``concurrent.futures.ProcessPoolExecutor``, ``spawn``), each holding the job's
-:class:`~.documents.DocumentBuilder`, and gets back the ``_bulk`` lines of each document; the job's writer
-thread writes them in chunk order, so checkpoints and the exactly-once rules are unchanged. The lines are
-byte for byte what :class:`~.writers.NdjsonWriter` writes for the same action.
+:class:`~.documents.DocumentBuilder`, and gets back the chunk's ``_bulk`` lines in one buffer
+(:class:`~.writers.NdjsonLines`); the job's writer thread writes them in chunk order, so checkpoints and the
+exactly-once rules are unchanged. The lines are byte for byte what :class:`~.writers.NdjsonWriter` writes for the
+same action.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import numpy as np
 import orjson
 
 from .documents import DocumentBuilder, doc_id_for
-from .sparse_vector import SparseVector, flat_vectors, split_vectors
+from .sparse_vector import SparseVector, SparseVectors, flat_vectors
+from .writers import NdjsonLines
 
 __all__ = ["NdjsonDocumentPool", "ndjson_lines", "default_build_workers"]
 
@@ -58,12 +60,13 @@ def _started() -> bool:
 
 
 def _serialise(doc_ids: Sequence[str | None], texts: Sequence[str], ids: np.ndarray, weights: np.ndarray,
-               counts: np.ndarray) -> list[tuple[str, bytes]]:
-    out = []
-    for doc_id, text, vector in zip(doc_ids, texts, split_vectors(ids, weights, counts)):
+               counts: np.ndarray) -> NdjsonLines:
+    dids, lines = [], []
+    for doc_id, text, vector in zip(doc_ids, texts, SparseVectors(ids, weights, counts)):
         did = doc_id_for(doc_id, text)
-        out.append((did, ndjson_lines(_BUILDER, _INDEX, did, text, vector)))  # type: ignore[arg-type]
-    return out
+        dids.append(did)
+        lines.append(ndjson_lines(_BUILDER, _INDEX, did, text, vector))  # type: ignore[arg-type]
+    return NdjsonLines(dids, b"".join(lines), np.cumsum([len(x) for x in lines], dtype=np.int64))
 
 
 class NdjsonDocumentPool:
@@ -86,7 +89,7 @@ class NdjsonDocumentPool:
             future.result()
 
     def submit(self, records: Sequence[tuple[str | None, str]], vectors: Sequence[SparseVector]) -> Future:
-        """A future of ``[(_id, lines), ...]`` in record order."""
+        """A future of the chunk's :class:`~.writers.NdjsonLines` (its documents in record order)."""
         return self._pool.submit(_serialise, [r[0] for r in records], [r[1] for r in records], *flat_vectors(vectors))
 
     def close(self) -> None:

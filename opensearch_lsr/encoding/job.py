@@ -188,11 +188,10 @@ class IndexJob:
                     continue  # drain after a failure so the producer never blocks
                 actions, sources, progress = item
                 try:
-                    if hasattr(actions, "result"):  # lines from the document workers
+                    if hasattr(actions, "result"):  # a chunk's lines from the document workers (NdjsonLines)
                         t0 = time.perf_counter()
-                        lines = actions.result()
+                        actions = actions.result()
                         self.timing["documents_wait"] += time.perf_counter() - t0
-                        actions = [{"_id": did, "_ndjson": line} for did, line in lines]
                     t0 = time.perf_counter()
                     if pool is None:
                         outcomes = self.writer.write(actions) if actions else []

@@ -11,14 +11,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 
 from ..engines.base import BulkOutcome, DocumentWriter
 
-__all__ = ["DocumentWriter", "NdjsonWriter", "read_ndjson_documents"]
+__all__ = ["DocumentWriter", "NdjsonLines", "NdjsonWriter", "read_ndjson_documents"]
+
+
+@dataclass(frozen=True)
+class NdjsonLines:
+    """A chunk's documents already serialised (by the job's document workers): their ``_id`` s, and their ``_bulk``
+    lines one after another in ``data``, document ``k``'s ending at byte ``ends[k]``. :class:`NdjsonWriter` writes
+    them as a few slices of one buffer, where a bytes object per document cost its writer thread a buffered write
+    each (9.7 against 2.5 us per 6.8 KB document here)."""
+
+    ids: list[str]
+    data: bytes
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class NdjsonWriter:
@@ -48,22 +65,35 @@ class NdjsonWriter:
             self._fh = open(self._path(self.part), "ab")
         return self._fh
 
-    def write(self, actions: Sequence[dict]) -> list[BulkOutcome]:
+    def write(self, actions: Sequence[dict] | NdjsonLines) -> list[BulkOutcome]:
+        """Append bulk actions (``{"_id", "_source"}``), or a chunk the document workers serialised."""
+        if isinstance(actions, NdjsonLines):
+            return self._write_lines(actions)
         out = []
         for action in actions:
-            if self.docs_in_part >= self.docs_per_file:
-                self._close_part()
-                self.part += 1
-                self.docs_in_part = 0
-            fh = self._open()
-            lines = action.get("_ndjson")  # serialised by a document worker (document_workers.ndjson_lines)
-            if lines is None:
-                meta = {"index": {"_index": self.index, "_id": action["_id"]}}
-                lines = orjson.dumps(meta) + b"\n" + orjson.dumps(action["_source"]) + b"\n"
-            fh.write(lines)
+            self._next_part_if_full()
+            meta = {"index": {"_index": self.index, "_id": action["_id"]}}
+            self._open().write(orjson.dumps(meta) + b"\n" + orjson.dumps(action["_source"]) + b"\n")
             self.docs_in_part += 1
             out.append(BulkOutcome(str(action["_id"]), True, 201))
         return out
+
+    def _write_lines(self, lines: NdjsonLines) -> list[BulkOutcome]:
+        """The documents of ``lines``, as many to a slice as the current part file takes."""
+        data, ends, done = memoryview(lines.data), lines.ends, 0
+        while done < len(lines):
+            self._next_part_if_full()
+            take = min(len(lines) - done, self.docs_per_file - self.docs_in_part)
+            self._open().write(data[int(ends[done - 1]) if done else 0:int(ends[done + take - 1])])
+            self.docs_in_part += take
+            done += take
+        return [BulkOutcome(str(doc_id), True, 201) for doc_id in lines.ids]
+
+    def _next_part_if_full(self) -> None:
+        if self.docs_in_part >= self.docs_per_file:
+            self._close_part()
+            self.part += 1
+            self.docs_in_part = 0
 
     def _close_part(self) -> None:
         if self._fh is not None:

@@ -4,7 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opensearch_lsr.encoding.sparse_vector import SparseVector, SparseVectors, flat_vectors, in_order, split_vectors
+from opensearch_lsr.encoding.sparse_vector import (
+    SparseVector,
+    SparseVectors,
+    flat_vectors,
+    in_order,
+    split_vectors,
+)
 
 
 def _vectors(counts, seed=0) -> list[SparseVector]:
