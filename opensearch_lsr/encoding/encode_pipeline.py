@@ -100,8 +100,8 @@ class PipelinedEncoder:
 
     def submit(self, chunk: Sequence[str] | TokenizedTexts) -> Future:
         """Queue a chunk; its future resolves to one :class:`~.sparse_vector.SparseVector` per text, in order (a
-        :class:`~.sparse_vector.SparseVectors`: flat arrays, handed to document workers as they are). Texts are tokenized by the encoder's tokenizer process or thread (``future.tokens`` holds the ids
-        afterwards)."""
+        :class:`~.sparse_vector.SparseVectors`: flat arrays, handed to document workers as they are). Texts are
+        tokenized by the encoder's tokenizer process or thread (``future.tokens`` holds the ids afterwards)."""
         if self._error is not None:
             raise RuntimeError("the encoding pipeline failed") from self._error
         if self._closed:
@@ -182,7 +182,8 @@ class PipelinedEncoder:
                     stats.nonfinite_dropped = dropped_before + runner.stats.nonfinite_dropped
                     for serial, rows in _rows_by_serial(keys[:, 0]):
                         chunk = self._open[serial]
-                        chunk.pieces.append((keys[rows, 1], vectors if len(rows) == len(vectors) else vectors.take(rows)))
+                        piece = vectors if len(rows) == len(vectors) else vectors.take(rows)
+                        chunk.pieces.append((keys[rows, 1], piece))
                         chunk.missing -= len(rows)
                         if chunk.missing == 0:
                             done = in_order(chunk.pieces)

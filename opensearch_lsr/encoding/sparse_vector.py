@@ -3,8 +3,9 @@
 :class:`SparseVectors` keeps a batch's or a chunk's vectors as the device's sparsify hands them over (ids, weights,
 offsets): regrouping them (by chunk, back into input order) is a few vectorised gathers, and a chunk crosses to
 a process as three buffers, where a list of vectors costs a Python object and two array views per document on
-every hand-over (the index job's device thread spent 0.67 of its 3.4 s splitting batches into such lists on an
-H200, ``benchmarks/results/gpu_encode_run18_bert.json``).
+every hand-over (on an H200 the index job's device thread spent 0.67 of its 3.4 s taking batches' results and
+placing them per document, waits for the interpreter lock included: ``benchmarks/results/gpu_encode_run18_bert.json``;
+``benchmarks/vector_handover.py`` times both ways).
 """
 from __future__ import annotations
 
