@@ -5,7 +5,7 @@ document and its JSON are about 50-100 us of interpreter time each, and every th
 interpreter lock. :class:`NdjsonDocumentPool` hands a chunk's records and vectors to worker processes
 (``concurrent.futures.ProcessPoolExecutor``, ``spawn``), each holding the job's
 :class:`~.documents.DocumentBuilder`, and gets back the chunk's ``_bulk`` lines in one buffer
-(:class:`~.writers.NdjsonLines`); the job's writer thread writes them in chunk order, so checkpoints and the
+(:class:`NdjsonLines`); the job's writer thread writes them in chunk order, so checkpoints and the
 exactly-once rules are unchanged. The lines are byte for byte what :class:`~.writers.NdjsonWriter` writes for the
 same action.
 """
@@ -15,15 +15,15 @@ import multiprocessing as mp
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
 
 from .documents import DocumentBuilder, doc_id_for
 from .sparse_vector import SparseVector, SparseVectors, flat_vectors
-from .writers import NdjsonLines
 
-__all__ = ["NdjsonDocumentPool", "ndjson_lines", "default_build_workers"]
+__all__ = ["NdjsonDocumentPool", "NdjsonLines", "default_build_workers", "ndjson_lines"]
 
 _BUILDER: DocumentBuilder | None = None
 _INDEX = ""
@@ -42,6 +42,21 @@ def default_build_workers(device: str | None) -> int:
         return 0
     spare = (os.cpu_count() or 1) - 4
     return min(8, spare) if spare >= 2 else 0
+
+
+@dataclass(frozen=True)
+class NdjsonLines:
+    """A chunk's documents already serialised (by the job's document workers): their ``_id`` s, and their ``_bulk``
+    lines one after another in ``data``, document ``k``'s ending at byte ``ends[k]``. :class:`NdjsonWriter` writes
+    them as a few slices of one buffer, where a bytes object per document cost its writer thread a buffered write
+    each (9.7 against 2.5 us per 6.8 KB document here)."""
+
+    ids: list[str]
+    data: bytes
+    ends: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 def ndjson_lines(builder: DocumentBuilder, index: str, doc_id: str, text: str, vector: SparseVector) -> bytes:
@@ -89,7 +104,7 @@ class NdjsonDocumentPool:
             future.result()
 
     def submit(self, records: Sequence[tuple[str | None, str]], vectors: Sequence[SparseVector]) -> Future:
-        """A future of the chunk's :class:`~.writers.NdjsonLines` (its documents in record order)."""
+        """A future of the chunk's :class:`NdjsonLines` (its documents in record order)."""
         return self._pool.submit(_serialise, [r[0] for r in records], [r[1] for r in records], *flat_vectors(vectors))
 
     def close(self) -> None:

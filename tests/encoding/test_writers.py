@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from opensearch_lsr.encoding.writers import NdjsonLines, NdjsonWriter
+from opensearch_lsr.encoding.document_workers import NdjsonLines
+from opensearch_lsr.encoding.writers import NdjsonWriter
 
 
 def _actions(n: int) -> list[dict]:
