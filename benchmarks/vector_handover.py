@@ -6,7 +6,7 @@ its vectors in input order; the job then hands a chunk to a document worker as t
 in the same run over the same batches (one thread, nothing else running):
 
 * ``list``: each batch split into one ``SparseVector`` per document, placed into its chunk's list one by one, and
-  each finished chunk concatenated again for the worker (``split_vectors``, a loop, ``flat_vectors``);
+  each finished chunk concatenated again for the worker (``np.split``, a loop, ``flat_vectors``);
 * ``flat``: each batch's rows grouped by chunk and gathered (``SparseVectors.take``), a finished chunk put back in
   input order (``in_order``) and handed over as it is.
 
@@ -36,7 +36,6 @@ from opensearch_lsr.encoding.sparse_vector import (
     SparseVectors,
     flat_vectors,
     in_order,
-    split_vectors,
 )
 
 __all__ = ["batches", "by_flat", "by_list", "main"]
@@ -64,7 +63,7 @@ def by_list(batches_: list, chunk: int, docs: int) -> int:
     chunks: dict[int, list] = {}  # serial -> [vectors, missing]
     handed = 0
     for keys, flat in batches_:
-        for (serial, i), vector in zip(keys.tolist(), split_vectors(*flat)):
+        for (serial, i), vector in zip(keys.tolist(), list(SparseVectors(*flat))):  # as PendingSparse did
             entry = chunks.get(serial)
             if entry is None:
                 n = min(chunk, docs - serial * chunk)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["SparseVector", "SparseVectors", "flat_vectors", "in_order", "split_vectors"]
+__all__ = ["SparseVector", "SparseVectors", "flat_vectors", "in_order"]
 
 
 class SparseVector(NamedTuple):
@@ -120,11 +120,3 @@ def flat_vectors(vectors: Sequence[SparseVector]) -> tuple[np.ndarray, np.ndarra
     if not len(vectors):
         return np.zeros(0, np.int64), np.zeros(0, np.float32), counts
     return (np.concatenate([v.ids for v in vectors]), np.concatenate([v.weights for v in vectors]), counts)
-
-
-def split_vectors(ids: np.ndarray, weights: np.ndarray, counts: np.ndarray) -> list[SparseVector]:
-    """The vectors :func:`flat_vectors` flattened (views into ``ids`` and ``weights``)."""
-    if not len(counts):
-        return []
-    cuts = np.cumsum(counts)[:-1]
-    return [SparseVector(i, w) for i, w in zip(np.split(ids, cuts), np.split(weights, cuts))]

@@ -197,13 +197,13 @@ def test_a_pool_reports_a_worker_that_cannot_start_or_that_dies(tiny_source_dir)
 
 
 def test_vectors_cross_processes_as_three_flat_arrays_and_come_back_the_same():
-    from opensearch_lsr.encoding.sparse_vector import SparseVector, flat_vectors, split_vectors
+    from opensearch_lsr.encoding.sparse_vector import SparseVector, SparseVectors, flat_vectors
 
     vectors = [SparseVector(np.array([3, 9], np.int64), np.array([0.5, 1.5], np.float32)),
                SparseVector(np.zeros(0, np.int64), np.zeros(0, np.float32)),
                SparseVector(np.array([1], np.int64), np.array([2.0], np.float32))]
     ids, weights, counts = flat_vectors(vectors)
     assert ids.tolist() == [3, 9, 1] and counts.tolist() == [2, 0, 1]
-    back = split_vectors(ids, weights, counts)
+    back = SparseVectors(ids, weights, counts)
     assert [(v.ids.tolist(), v.weights.tolist()) for v in back] == [(v.ids.tolist(), v.weights.tolist()) for v in vectors]
-    assert split_vectors(*flat_vectors([])) == []
+    assert list(SparseVectors(*flat_vectors([]))) == []

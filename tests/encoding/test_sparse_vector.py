@@ -9,7 +9,6 @@ from opensearch_lsr.encoding.sparse_vector import (
     SparseVectors,
     flat_vectors,
     in_order,
-    split_vectors,
 )
 
 
@@ -35,7 +34,6 @@ def test_a_flat_sequence_reads_like_the_list_it_was_made_from():
         flat[5]
     ids, weights, counts = flat_vectors(flat)  # handed over as they are, not concatenated again
     assert ids is flat.ids and weights is flat.weights and np.array_equal(counts, flat.counts)
-    assert _same(split_vectors(ids, weights, counts), vectors)
     assert len(SparseVectors.empty()) == 0 and list(SparseVectors.empty()) == []
     with pytest.raises(ValueError, match="counts summing to 4"):
         SparseVectors(np.arange(3), np.ones(3, np.float32), np.array([4]))
