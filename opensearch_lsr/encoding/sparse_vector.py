@@ -29,6 +29,10 @@ class SparseVectors(Sequence):
     A read-only sequence of :class:`SparseVector` (views); :meth:`take` and :meth:`concat` regroup without a
     Python step per document.
 
+    Why not ``scipy.sparse.csr_array``, the same three arrays: every consumer reads ``(ids, weights)`` pairs, not
+    ``1 x V`` rows, and regrouping a corpus's batches by chunk through it (construction, row indexing, ``vstack``)
+    took longer than :meth:`take` and :func:`in_order` here (``benchmarks/results/vector_handover.md``).
+
     Args:
         ids: every document's ids, one after another (int64).
         weights: their weights (float32).
