@@ -66,8 +66,9 @@ class SparseVectors(Sequence):
             start, stop, step = index.indices(len(self))
             if step != 1:
                 return self.take(np.arange(start, stop, step))
-            a, b = self.offsets[start], self.offsets[max(start, stop)]
-            return SparseVectors(self.ids[a:b], self.weights[a:b], self.counts[start:max(start, stop)])
+            stop = max(start, stop)
+            a, b = self.offsets[start], self.offsets[stop]
+            return SparseVectors(self.ids[a:b], self.weights[a:b], np.diff(self.offsets[start:stop + 1]))
         k = range(len(self))[index]  # negative indices, IndexError
         a, b = self.offsets[k], self.offsets[k + 1]
         return SparseVector(self.ids[a:b], self.weights[a:b])
