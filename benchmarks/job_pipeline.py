@@ -19,6 +19,8 @@ waits for the virtual device to drain (a capture synchronises it), then holds th
 On the H200 a capture took 92 ms: two warm-up passes of the body and the recording, a couple of batches' worth of
 device time, so the default is that many batches' worth of the emulated device's time. A batch replayed from a
 graph takes ``--replay-launch-ms`` to launch (run 17's job), one without a graph the per-document launch above.
+With graphs, a batch's device time grows with the tokens it is padded to (its bucket's, or with ``--borrow-ratios``
+a larger captured bucket's: ``GraphReplay.bucket_for``).
 Before each job the encoder's own warm-up (``warm_up_texts`` with the job's sample: the corpus's first two windows,
 cut in the job's windows) captures every shape it meets, as ``lsr-os index`` does on CUDA; so the captures counted
 are the job's shapes the warm-up did not meet, at the shape's ``capture_after``-th batch. Each row is compared with
@@ -27,6 +29,8 @@ the default window's runs (at the default ``capture_after``) in the same invocat
     python benchmarks/job_pipeline.py --windows 4096 2048 1024 --repeat 3 --md benchmarks/results/job_pipeline.md
     python benchmarks/job_pipeline.py --windows 4096 1024 --capture-after 1 2 3 4 --repeat 3 \
         --md benchmarks/results/job_pipeline_graphs.md
+    python benchmarks/job_pipeline.py --windows 4096 --capture-after 2 --borrow-ratios 1 2 4 --repeat 3 \
+        --md benchmarks/results/job_pipeline_borrow.md
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -51,10 +55,10 @@ from index_host_path import passage_texts, repeated_corpus
 
 from opensearch_lsr.encoding.device_sparse import PendingSparse
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-from opensearch_lsr.encoding.graph_buckets import graph_shape
 from opensearch_lsr.encoding.graph_replay import GraphReplay
 from opensearch_lsr.encoding.job import IndexJob, IndexJobConfig
 from opensearch_lsr.encoding.packed import Segments
+from opensearch_lsr.encoding.packed_runner import capture_catch_all_buckets
 from opensearch_lsr.encoding.sparse_vector import SparseVector
 from opensearch_lsr.encoding.token_batches import default_max_batch_tokens
 from opensearch_lsr.resources import shared_data_dir
@@ -64,6 +68,8 @@ __all__ = ["EmulatedDevice", "main"]
 DEFAULT_WINDOW = IndexJobConfig.window_docs
 #: ``GraphReplay``'s default ``capture_after``: the baseline rows use it
 DEFAULT_CAPTURE_AFTER = GraphReplay.__init__.__kwdefaults__["capture_after"]
+#: ``GraphReplay``'s default ``borrow_ratio``: the baseline rows use it
+DEFAULT_BORROW_RATIO = GraphReplay.__init__.__kwdefaults__["borrow_ratio"]
 #: run 17 on an H200 (``results/gpu_encode_run17_bert.json``): a capture in the job, and the encoder's pace
 H200_CAPTURE_MS, H200_DOCS_PER_S = 92.0, 15_943
 #: run 17's job: the device thread's launches besides its captures, per batch (0.83 s, 58 batches)
@@ -108,24 +114,28 @@ def _hold(seconds: float) -> None:
 class EmulatedDevice:
     """Stands in for :meth:`.packed_runner.PackedRunner.launch`: the host cost of launching (the interpreter lock
     held ``launch_us_per_doc`` per document), then ``docs / docs_per_s`` seconds of device time after the previous
-    batch's.
+    batch's (with graphs, times the tokens the batch is padded to over its real ones).
 
     With ``capture_after``, a batch is padded to its graph bucket (``max_doc``: the longest document) and run through
     a :class:`~opensearch_lsr.encoding.graph_replay.GraphReplay`; its capture waits for the device to drain, then holds
     the lock ``capture_ms``, and a batch whose body is a graph replay holds it ``replay_launch_ms`` instead of the
-    per-document launch (:attr:`graphs` counts captures, replays and batches without a graph)."""
+    per-document launch (:attr:`graphs` counts captures, replays, batches without a graph and batches padded up to a
+    larger graph's bucket, at most ``borrow_ratio`` times their own)."""
 
     def __init__(self, docs_per_s: float, launch_us_per_doc: float, vector: SparseVector, *,
                  capture_after: int | None = None, capture_ms: float = 0.0, replay_launch_ms: float = 0.0,
-                 max_doc: int = 512) -> None:
+                 max_doc: int = 512, borrow_ratio: float = DEFAULT_BORROW_RATIO,
+                 max_batch_tokens: int = 65536) -> None:
         if docs_per_s <= 0 or min(launch_us_per_doc, capture_ms, replay_launch_ms) < 0:
             raise ValueError("docs_per_s must be > 0, launch_us_per_doc, capture_ms and replay_launch_ms >= 0")
         self.docs_per_s, self.launch_s_per_doc, self.vector = docs_per_s, launch_us_per_doc / 1e6, vector
         self.capture_s, self.replay_launch_s, self.max_doc = capture_ms / 1e3, replay_launch_ms / 1e3, max_doc
+        self.max_batch_tokens = max_batch_tokens
         self.free_at = 0.0
         self._flat = _FlatResults(vector, 1024)  # grown when a batch has more documents
         self.graphs = None if capture_after is None else GraphReplay(lambda ids, seg: ids, capture=self._capture,
-                                                                     capture_after=capture_after)
+                                                                     capture_after=capture_after,
+                                                                     borrow_ratio=borrow_ratio)
 
     def _capture(self, fn):
         """A capture: the device drains (``torch.cuda.synchronize``), then the host records for ``capture_ms``."""
@@ -136,9 +146,16 @@ class EmulatedDevice:
         out = fn()
         return (lambda: None), out
 
+    @contextmanager
     def capturing_every_shape(self):
-        """The warm-up's capture rule (:meth:`GraphReplay.capturing_every_shape`), when graphs are emulated."""
-        return self.graphs.capturing_every_shape() if self.graphs is not None else nullcontext()
+        """The warm-up's capture rule (:func:`~opensearch_lsr.encoding.packed_runner.capturing_every_shape`: each shape
+        on its first batch, then the catch-all buckets), when graphs are emulated."""
+        if self.graphs is None:
+            yield
+            return
+        with self.graphs.capturing_every_shape():
+            yield
+        capture_catch_all_buckets(self.graphs, self.max_batch_tokens, self.max_doc, torch.device("cpu"))
 
     def warmed_up(self) -> None:
         """Count graphs afresh from here (after a warm-up, as the runner's ``reset_stats``)."""
@@ -148,8 +165,10 @@ class EmulatedDevice:
     def launch(self, batch, model=None) -> _Pending:
         n = len(batch.lengths)
         launch_s = self.launch_s_per_doc * n
+        device_s = n / self.docs_per_s
         if self.graphs is not None:
-            shape = graph_shape(len(batch.ids), n, self.max_doc)
+            shape = self.graphs.bucket_for(batch.lengths, self.max_doc)
+            device_s *= shape[0] / max(1, len(batch.ids))  # the padding tokens are computed too
             uncaptured = self.graphs.stats.uncaptured
             self.graphs(*Segments.packed_batch(batch.ids, batch.lengths, torch.device("cpu"), pad_to=shape,
                                                max_doc=self.max_doc))
@@ -157,7 +176,7 @@ class EmulatedDevice:
                 launch_s = self.replay_launch_s
         _hold(launch_s)  # Python work, as launching a batch's kernels is
         start = max(time.perf_counter(), self.free_at)
-        self.free_at = start + n / self.docs_per_s
+        self.free_at = start + device_s
         if n > len(self._flat.counts):
             self._flat = _FlatResults(self.vector, 2 * n)
         return _Pending(self._flat, n, self.free_at)
@@ -166,7 +185,8 @@ class EmulatedDevice:
 def _graph_counts(device: EmulatedDevice) -> dict:
     stats = device.graphs.stats if device.graphs is not None else None
     return {} if stats is None else {"captured": stats.captured, "replays": stats.replays,
-                                     "uncaptured": stats.uncaptured, "capture_s": round(stats.capture_s, 3)}
+                                     "uncaptured": stats.uncaptured, "capture_s": round(stats.capture_s, 3),
+                                     "borrowed": stats.borrowed, "borrowed_tokens": stats.borrowed_tokens}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -176,6 +196,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--capture-after", type=int, nargs="*", default=[],
                    help=f"Emulate CUDA graphs, captured at a shape's Nth batch after the warm-up, for each N given "
                         f"(the default, {DEFAULT_CAPTURE_AFTER}, is always run then) [default: no graphs].")
+    p.add_argument("--borrow-ratios", type=float, nargs="*", default=[],
+                   help=f"With --capture-after: GraphReplay's borrow_ratio values (a batch without a graph of its "
+                        f"own is padded up to a captured bucket of at most that many times its tokens; 1: never; "
+                        f"the default, {DEFAULT_BORROW_RATIO:g}, is always run).")
     p.add_argument("--capture-ms", type=float, default=None,
                    help=f"Host time of one capture after the device drained [default: as many batches' worth of "
                         f"device time as on the H200, {H200_CAPTURE_MS:g} ms at {H200_DOCS_PER_S:,} docs/s: run 17's "
@@ -217,12 +241,16 @@ def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
     rng = np.random.default_rng(0)
     vector = SparseVector(np.sort(rng.choice(encoder.vocab_size, 200, replace=False)).astype(np.int64),
                           rng.random(200, dtype=np.float32) + 0.1)
-    policies = list(dict.fromkeys([DEFAULT_CAPTURE_AFTER, *args.capture_after])) if args.capture_after else [None]
+    # (capture_after, borrow_ratio) of each row's graphs, the defaults first; None: no graphs
+    policies = [(c, b) for c in dict.fromkeys([DEFAULT_CAPTURE_AFTER, *args.capture_after])
+                for b in dict.fromkeys([DEFAULT_BORROW_RATIO, *args.borrow_ratios])] if args.capture_after else [None]
 
-    def emulate(capture_after: int | None) -> EmulatedDevice:
+    def emulate(policy: tuple[int, float] | None) -> EmulatedDevice:
+        capture_after, borrow_ratio = policy or (None, DEFAULT_BORROW_RATIO)
         device = EmulatedDevice(args.device_docs_per_s, args.launch_us_per_doc, vector, capture_after=capture_after,
                                 capture_ms=args.capture_ms, replay_launch_ms=args.replay_launch_ms,
-                                max_doc=encoder.runner.model.max_doc_tokens)
+                                max_doc=encoder.runner.model.max_doc_tokens, borrow_ratio=borrow_ratio,
+                                max_batch_tokens=args.max_batch_tokens)
         encoder.runner.launch = device.launch
         return device
 
@@ -235,14 +263,14 @@ def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
     encoder.encode(texts)  # the encoder alone (tokenizing, batching, the emulated device): the pace to keep
     encode_only = len(texts) / (time.perf_counter() - t0)
     encode_only_graphs = _graph_counts(device)
-    runs: dict[tuple[int, int | None], list[dict]] = {}
+    runs: dict[tuple[int, tuple[int, float] | None], list[dict]] = {}
     for window in dict.fromkeys([DEFAULT_WINDOW, *args.windows]):
-        for capture_after in policies:
+        for policy in policies:
             for k in range(args.repeat):
                 cfg = IndexJobConfig(corpus=str(corpus), model=str(model), backend="ndjson", window_docs=window,
                                      index=str(work / f"out-{window}-{k}"), build_workers=args.build_workers,
                                      max_batch_tokens=args.max_batch_tokens)
-                device = emulate(capture_after)  # a new process's graphs
+                device = emulate(policy)  # a new process's graphs
                 # the job's warm-up on CUDA (IndexJob.run with its own encoder: SparseDocumentEncoder.warm_up)
                 encoder.window_docs, encoder_window = window, encoder.window_docs
                 with device.capturing_every_shape():
@@ -254,7 +282,7 @@ def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
                 shutil.rmtree(cfg.index)
                 shutil.rmtree(summary["work_dir"])
                 run = summary["this_run"]
-                runs.setdefault((window, capture_after), []).append({
+                runs.setdefault((window, policy), []).append({
                     "docs_per_s": run["docs_per_s"], "elapsed_s": run["elapsed_s"],
                     "device_thread_waited_for_batches_s": summary["encoder"]["device_thread_s"]["source"],
                     # of which for the job to queue a chunk, or for a queued chunk's ids
@@ -267,10 +295,10 @@ def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
                     **_graph_counts(device)})
     base = statistics.median(r["docs_per_s"] for r in runs[(DEFAULT_WINDOW, policies[0])])
     table = []
-    for (window, capture_after), rs in runs.items():
+    for (window, policy), rs in runs.items():
         rate = statistics.median(r["docs_per_s"] for r in rs)
-        graphs = [] if capture_after is None else [
-            capture_after, ", ".join(f"{r['captured']}" for r in rs), ", ".join(f"{r['uncaptured']}" for r in rs)]
+        graphs = [] if policy is None else [
+            *policy, *(", ".join(f"{r[k]}" for r in rs) for k in ("captured", "uncaptured", "borrowed"))]
         table.append([window, *graphs, rate, f"{rate / encode_only:.3f}", f"{rate / base:.3f}",
                       statistics.median(r["device_thread_waited_for_batches_s"] for r in rs),
                       ", ".join(f"{r['docs_per_s']:.0f}" for r in rs)])
@@ -280,13 +308,15 @@ def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
                "replay_launch_ms": args.replay_launch_ms if args.capture_after else None,
                "encode_only_docs_per_s": round(encode_only, 1), "encode_only_graphs": encode_only_graphs,
                "build_workers": args.build_workers,
-               "runs": {f"{w}" + (f"/capture_after={c}" if c is not None else ""): v for (w, c), v in runs.items()}}
+               "runs": {f"{w}" + (f"/capture_after={p[0]}/borrow_ratio={p[1]:g}" if p is not None else ""): v
+                        for (w, p), v in runs.items()}}
     graph_note = "" if policies == [None] else (
         f" CUDA graphs emulated: a capture drains the device, then holds the host {args.capture_ms:g} ms; a batch "
         f"replayed from a graph takes {args.replay_launch_ms:g} ms to launch, one without a graph "
         f"{args.launch_us_per_doc:g} us per document; the timed "
         f"encoder alone (after a warm-up on the corpus) captured {encode_only_graphs['captured']}.")
-    baseline = f"x window {DEFAULT_WINDOW}" + ("" if policies == [None] else f", capture_after {policies[0]}")
+    baseline = f"x window {DEFAULT_WINDOW}" + ("" if policies == [None] else
+                                               f", capture_after {policies[0][0]}, borrow_ratio {policies[0][1]:g}")
     md = (f"# `lsr-os index --backend ndjson` against an emulated device, by `--window-docs`"
           f"{'' if policies == [None] else ' and graph capture'}\n\n"
           f"{len(texts):,} Korean passages; {args.max_batch_tokens:,}-token batches; device "
@@ -294,8 +324,10 @@ def _measure(args: argparse.Namespace, data: Path, work: Path) -> dict:
           f"encoder alone {encode_only:,.0f} docs/s; --build-workers {args.build_workers}; median of {args.repeat} "
           f"runs.{graph_note}\n\n"
           + markdown_table(["--window-docs",
-                            *([] if policies == [None] else ["capture_after", "captures after the warm-up, by run",
-                                                            "batches without a graph, by run"]),
+                            *([] if policies == [None] else ["capture_after", "borrow_ratio",
+                                                            "captures after the warm-up, by run",
+                                                            "batches without a graph, by run",
+                                                            "batches padded to a larger graph, by run"]),
                             "job docs/s", "x encoder alone", baseline,
                             "device thread waited for batches, s", "runs"], table, floats=".1f") + "\n")
     print(md)

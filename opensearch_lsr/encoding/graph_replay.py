@@ -29,6 +29,15 @@ BERT-base at 64k tokens in fp16). A long job whose source often runs dry meets m
 most ``max_graphs`` shapes are captured (the first to qualify; the warm-up's come first), and batches of any other
 shape run the body without a graph (``uncaptured``): the Korean passages need 9 at a 64k budget (``graph_buckets``
 in ``gpu_encode.py``'s results).
+
+A batch whose own bucket has no graph is padded up to the smallest captured bucket it fits with at most
+``borrow_ratio`` times its own bucket's tokens (:meth:`GraphReplay.bucket_for`, counted as ``borrowed``), rather than
+run without a graph. Those batches are the part-filled ones a job launches whenever its source runs dry (its
+batches are then small and the host, not the device, sets the pace): on an H200 22 of the job's 52 batches ran
+without a graph, and they took the device thread about 0.9 of its 1.22 s of launching (about 40 ms a batch, where
+the encoder alone launched a replayed one in 7.1 ms; ``benchmarks/results/gpu_encode.md``, run 18). The padding's
+device time is the price: at most ``borrow_ratio - 1`` times the batch's own. So that a bucket to pad up to is there,
+a warm-up also records the few that every batch of the budget fits (:func:`.graph_buckets.catch_all_buckets`, :meth:`GraphReplay.capture_buckets`).
 """
 from __future__ import annotations
 
@@ -37,13 +46,15 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from .graph_buckets import graph_key, larger_bucket
 from .staging import is_view_of, rebase
 
 logger = logging.getLogger(__name__)
@@ -68,6 +79,10 @@ class GraphStats:
     uncaptured: int = 0
     capture_s: float = 0.0
     failed: str | None = None
+    #: batches whose own bucket had no graph, padded up to a larger captured bucket (:meth:`GraphReplay.bucket_for`)
+    borrowed: int = 0
+    #: the tokens those batches were padded with beyond their own buckets
+    borrowed_tokens: int = 0
 
 
 def capture_cuda_graph(fn: Callable[[], torch.Tensor], pool: Any, side: torch.cuda.Stream,
@@ -111,17 +126,21 @@ class GraphReplay:
             side stream, so the allocator caches one stream's warm-up blocks; tests pass a stand-in).
         capture_after: the batch of a shape on which it is captured (earlier ones run the body without a graph).
         max_graphs: the most shapes captured (each keeps its output allocated); later shapes run without a graph.
+        borrow_ratio: a batch whose bucket has no graph is padded up to a captured bucket of at most this many times
+            its own bucket's tokens (:meth:`bucket_for`); ``1`` never pads beyond the batch's own bucket.
 
     If a capture fails, :meth:`__call__` warns once and runs ``body`` directly from then on.
     """
 
     def __init__(self, body: Callable[[torch.Tensor, Any], torch.Tensor], capture: Capture | None = None, *,
-                 capture_after: int = 2, max_graphs: int = 32) -> None:
-        if capture_after < 1 or max_graphs < 1:
-            raise ValueError("capture_after and max_graphs must be >= 1")
+                 capture_after: int = 2, max_graphs: int = 32, borrow_ratio: float = 4.0) -> None:
+        if capture_after < 1 or max_graphs < 1 or borrow_ratio < 1:
+            raise ValueError("capture_after and max_graphs must be >= 1, borrow_ratio >= 1")
         self.body = body
         self.capture_after = capture_after
         self.max_graphs = max_graphs
+        self.borrow_ratio = borrow_ratio
+        self._warming = False  # inside capturing_every_shape: each batch is padded to its own bucket only
         self._sightings: Counter = Counter()
         if capture is None:
             capture = functools.partial(capture_cuda_graph, pool=torch.cuda.graph_pool_handle(), side=torch.cuda.Stream())
@@ -132,11 +151,37 @@ class GraphReplay:
     @contextmanager
     def capturing_every_shape(self) -> Iterator[None]:
         """Within it, each new shape is captured on its first batch (a warm-up, before any clock)."""
-        saved, self.capture_after = self.capture_after, 1
+        saved, self.capture_after, self._warming = self.capture_after, 1, True
         try:
             yield
         finally:
-            self.capture_after = saved
+            self.capture_after, self._warming = saved, False
+
+    def capture_buckets(self, keys: Iterable[tuple[int, int, int]],
+                        batch: Callable[[tuple[int, int, int]], tuple[torch.Tensor, Any]]) -> None:
+        """Capture each bucket of ``keys`` not captured yet (while fewer than ``max_graphs`` are) from ``batch(key)``,
+        inputs padded up to it: in a warm-up, buckets for later batches to be padded up to (:meth:`bucket_for`)."""
+        for key in keys:
+            if key not in self._graphs and len(self._graphs) < self.max_graphs and self.stats.failed is None:
+                ids, seg = batch(key)
+                if (int(ids.shape[0]), int(seg.lengths.shape[0]), int(seg.max_len)) != tuple(key):
+                    raise ValueError(f"batch({key}) gave inputs of another bucket")
+                self._capture(tuple(key), ids, seg)  # recorded, not replayed: no batch needs its output
+
+    def bucket_for(self, lengths: np.ndarray, max_doc: int) -> tuple[int, int, int]:
+        """The bucket key a batch of documents of ``lengths`` is padded to: its own (:func:`.graph_buckets.graph_key`)
+        when that has a graph, or no captured bucket fits it within ``borrow_ratio`` of its tokens
+        (:func:`.graph_buckets.larger_bucket`); else the smallest captured one that does (counted as ``borrowed``).
+        Outside a warm-up (which captures every shape it meets)."""
+        own = graph_key(lengths, max_doc)
+        if own in self._graphs or self.stats.failed is not None or self._warming or self.borrow_ratio <= 1:
+            return own
+        larger = larger_bucket(lengths, self._graphs, self.borrow_ratio * own[0])
+        if larger is None:
+            return own
+        self.stats.borrowed += 1
+        self.stats.borrowed_tokens += larger[0] - own[0]
+        return larger
 
     def reset_stats(self) -> None:
         """Count afresh (after a warm-up); a failed capture's error stays."""
@@ -153,14 +198,8 @@ class GraphReplay:
             if self._sightings[key] < self.capture_after or len(self._graphs) >= self.max_graphs:
                 self.stats.uncaptured += 1
                 return self.body(ids, seg)
-            try:
-                entry = self._graphs[key] = self._record(ids, seg)
-            except torch.OutOfMemoryError:
-                raise
-            except Exception as err:  # noqa: BLE001 - the body without graphs computes the same
-                self.stats.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
-                logger.warning("CUDA graph capture of the packed body failed (%s); running it without graphs",
-                               self.stats.failed)
+            entry = self._capture(key, ids, seg)
+            if entry is None:
                 return self.body(ids, seg)
             replay, out = entry[2:]  # a capture records kernels without running them: replay it for this batch
         else:
@@ -169,6 +208,19 @@ class GraphReplay:
         replay()
         self.stats.replays += 1
         return out
+
+    def _capture(self, key: tuple[int, int, int], ids: torch.Tensor, seg: Any) -> tuple | None:
+        """Record ``key``'s graph from this batch; ``None`` (graphs off from now on, with a warning) if that fails."""
+        try:
+            entry = self._graphs[key] = self._record(ids, seg)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the body without graphs computes the same
+            self.stats.failed = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+            logger.warning("CUDA graph capture of the packed body failed (%s); running it without graphs",
+                           self.stats.failed)
+            return None
+        return entry
 
     def _record(self, ids: torch.Tensor, seg: Any) -> tuple[torch.Tensor, Any, Callable[[], None], torch.Tensor]:
         t0 = time.perf_counter()

@@ -84,19 +84,21 @@ class Segments:
 
     @classmethod
     def from_lengths(cls, lengths: np.ndarray, device: torch.device, *, pin: bool = False,
-                     pad_to: tuple[int, int] | None = None, max_doc: int | None = None) -> Segments:
+                     pad_to: tuple[int, ...] | None = None, max_doc: int | None = None) -> Segments:
         """Build the index tensors on the host (numpy, vectorised) and move them in one copy
         (:func:`.staging.stage`).
 
         ``pad_to``: a graph bucket's ``(tokens, documents)`` (:func:`.graph_buckets.graph_shape` with ``max_doc``,
         the longest document the model takes): padding documents follow the real ones, and ``max_len`` is the
-        longest one rounded up (:func:`.graph_buckets.graph_max_len`).
+        longest one rounded up (:func:`.graph_buckets.graph_max_len`); or its ``(tokens, documents, longest)`` key
+        (:func:`.graph_buckets.graph_key`, a larger bucket's: :func:`.graph_buckets.larger_bucket`), ``max_len`` then
+        its ``longest``.
         """
         return cls._staged(None, lengths, device, pin, pad_to, max_doc)[1]
 
     @classmethod
     def packed_batch(cls, ids: np.ndarray, lengths: np.ndarray, device: torch.device, *, pin: bool = False,
-                     pad_to: tuple[int, int] | None = None, max_doc: int | None = None) -> tuple[torch.Tensor, Segments]:
+                     pad_to: tuple[int, ...] | None = None, max_doc: int | None = None) -> tuple[torch.Tensor, Segments]:
         """A batch's packed ``ids`` (zeros appended up to a bucket's token count with ``pad_to``) and its segments,
         moved to ``device`` together in one copy (:meth:`from_lengths` for the arguments)."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -108,17 +110,21 @@ class Segments:
 
     @classmethod
     def _staged(cls, ids: np.ndarray | None, lengths: np.ndarray, device: torch.device, pin: bool,
-                pad_to: tuple[int, int] | None, max_doc: int | None) -> tuple[torch.Tensor | None, Segments]:
+                pad_to: tuple[int, ...] | None, max_doc: int | None) -> tuple[torch.Tensor | None, Segments]:
         real = lengths = np.asarray(lengths, dtype=np.int64)
         if pad_to is not None:
             if len(real) and int(real.max()) > int(max_doc):  # type: ignore[arg-type]
                 raise ValueError(f"a document of {int(real.max())} tokens is over max_doc {max_doc}")
-            lengths = np.concatenate([real, padding_lengths(int(real.sum()), len(real), pad_to)])
+            lengths = np.concatenate([real, padding_lengths(int(real.sum()), len(real), pad_to[:2])])
         n, total = len(lengths), int(lengths.sum())
         if ids is not None and len(ids) != total:
             raise ValueError(f"{len(ids)} ids for documents of {total} tokens")
-        max_len = graph_max_len(int(lengths.max()), int(max_doc)) if pad_to is not None \
-            else int(lengths.max())  # type: ignore[arg-type]
+        max_len = int(lengths.max())
+        if pad_to is not None:
+            rounded = graph_max_len(max_len, int(max_doc))  # type: ignore[arg-type]
+            max_len = int(pad_to[2]) if len(pad_to) > 2 else rounded
+            if not rounded <= max_len <= int(max_doc):  # type: ignore[arg-type]
+                raise ValueError(f"a bucket's longest document {max_len} is under {rounded} or over max_doc {max_doc}")
         starts = np.cumsum(lengths) - lengths
         positions = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
         pad_slots = np.repeat(np.arange(n, dtype=np.int64) * max_len, lengths) + positions
@@ -332,6 +338,16 @@ class PackedMLM:
         if not self.graphs:
             return None
         return graph_shape(tokens, docs, self.max_doc_tokens)
+
+    def graph_bucket(self, lengths: np.ndarray) -> tuple[int, ...] | None:
+        """The bucket a batch of documents of ``lengths`` is padded to with ``compile="graphs"``: its own
+        ``(tokens, documents)``, or on CUDA the key of a larger bucket already captured
+        (:meth:`.graph_replay.GraphReplay.bucket_for`); else ``None``."""
+        if not self.graphs:
+            return None
+        if self.graph_replay is not None:
+            return self.graph_replay.bucket_for(lengths, self.max_doc_tokens)
+        return graph_shape(int(np.sum(lengths)), len(lengths), self.max_doc_tokens)
 
     def hidden(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
         """The head-transformed hidden state of every packed token, ``[T, H]`` in the head's dtype (of the real

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ import torch
 
 from .device_sparse import PendingSparse, sparsify
 from .gc_freeze import frozen_heap
+from .graph_buckets import catch_all_buckets
 from .packed import PackedMLM, Segments
 from .sparse_vector import SparseVector, SparseVectors, in_order
 from .token_batches import token_budget_batches
@@ -30,7 +31,8 @@ from .token_ids import TokenizedTexts, concat_tokenized
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches", "capturing_every_shape", "device_thread_report"]
+__all__ = ["RunnerStats", "PackedRunner", "FLUSH", "ready_batches", "capturing_every_shape",
+           "capture_catch_all_buckets", "device_thread_report"]
 
 #: A tag for :meth:`PackedRunner.stream`: complete every batch in flight before taking the next one.
 FLUSH = object()
@@ -157,7 +159,7 @@ class PackedRunner:
         """Queue one packed batch on the device (through ``model``, default :attr:`model`); returns its pending
         sparse result."""
         model = model or self.model
-        shape = model.graph_shape(len(batch.ids), len(batch.lengths))  # compile="graphs": a bucket's shape
+        shape = model.graph_bucket(batch.lengths)  # compile="graphs": a bucket's shape
         ids, seg = Segments.packed_batch(batch.ids, batch.lengths, self.device, pin=self.on_cuda, pad_to=shape,
                                          max_doc=model.max_doc_tokens)  # one copy to the device
         weights = self.activate(model.pooled_max(ids, seg))
@@ -304,11 +306,28 @@ class PackedRunner:
         return list(in_order(pieces))
 
 
-def capturing_every_shape(runner: PackedRunner | None) -> AbstractContextManager[None]:
+@contextmanager
+def capturing_every_shape(runner: PackedRunner | None) -> Iterator[None]:
     """For a warm-up: with ``compile="graphs"`` on CUDA, every new batch shape is captured on its first batch
-    (:meth:`.graph_replay.GraphReplay.capturing_every_shape`); nothing otherwise."""
-    graphs = getattr(getattr(runner, "model", None), "graph_replay", None)
-    return graphs.capturing_every_shape() if graphs is not None else nullcontext()
+    (:meth:`.graph_replay.GraphReplay.capturing_every_shape`), then the buckets every batch of the budget fits
+    (:func:`.graph_buckets.catch_all_buckets`, for batches whose own bucket has no graph to be padded up to); nothing
+    otherwise."""
+    model = getattr(runner, "model", None)
+    graphs = getattr(model, "graph_replay", None)
+    if graphs is None:
+        yield
+        return
+    with graphs.capturing_every_shape():
+        yield
+    capture_catch_all_buckets(graphs, runner.max_batch_tokens, model.max_doc_tokens, runner.device, runner.on_cuda)
+
+
+def capture_catch_all_buckets(graphs: Any, max_tokens: int, max_doc: int, device: torch.device, pin: bool = False) -> None:
+    """Capture :func:`.graph_buckets.catch_all_buckets` into ``graphs`` (a :class:`.graph_replay.GraphReplay`), each
+    from one document of one token padded up to it."""
+    one = np.ones(1, dtype=np.int64)
+    graphs.capture_buckets(catch_all_buckets(max_tokens, max_doc), lambda key: Segments.packed_batch(
+        one, one, device, pin=pin, pad_to=key, max_doc=max_doc))
 
 
 def device_thread_report(encoder: Any) -> dict[str, Any]:

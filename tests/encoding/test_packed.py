@@ -15,7 +15,7 @@ import torch
 from opensearch_lsr.encoding.device_sparse import sparsify
 from opensearch_lsr.encoding.encode_pipeline import PipelinedEncoder
 from opensearch_lsr.encoding.encoder import SparseDocumentEncoder
-from opensearch_lsr.encoding.graph_buckets import (GRAPH_TOKEN_GRANULARITY, graph_key, graph_max_len, graph_shape,
+from opensearch_lsr.encoding.graph_buckets import (GRAPH_TOKEN_GRANULARITY, catch_all_buckets, graph_key, graph_max_len, graph_shape,
                                                    padding_lengths)
 from opensearch_lsr.encoding.packed import Segments
 from opensearch_lsr.encoding.packed_layouts import packed_model
@@ -722,7 +722,10 @@ def test_graph_replays_equal_the_eager_forward_batch_after_batch(monkeypatch):
         assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
     batches = runners[0].stats.batches
     stats = graphs.graph_replay.stats
-    assert stats.failed is None and stats.replays == batches and 1 <= stats.captured == len(captured) < batches
+    catch_alls = set(catch_all_buckets(1000, graphs.max_doc_tokens))  # captured after the warm-up's batches
+    assert catch_alls <= set(graphs.graph_replay._graphs)
+    assert stats.failed is None and stats.replays == batches
+    assert 1 <= stats.captured == len(captured) < batches + len(catch_alls)
     assert stats.uncaptured == 0 and graphs.graph_replay.capture_after == 2  # restored after the warm-up
     # the same again: every bucket is captured already, so these are replays only
     assert [v.ids.tolist() for v in runners[0].run(tokens)] == [v.ids.tolist() for v in got]
@@ -744,7 +747,7 @@ def test_after_the_warm_up_a_new_shape_runs_without_a_graph_until_its_second_bat
 
     graphs, _, runners, tokens = _graph_and_eager_runners(monkeypatch)
     captured: list = []
-    replay = graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured))
+    replay = graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured), borrow_ratio=1)
     got, expected = runners[0].run(tokens), runners[1].run(tokens)
     for a, b in zip(got, expected):
         assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
@@ -758,6 +761,84 @@ def test_after_the_warm_up_a_new_shape_runs_without_a_graph_until_its_second_bat
     assert stats.uncaptured == shapes and stats.replays == 2 * batches - shapes and stats.captured == shapes
     with pytest.raises(ValueError, match="capture_after"):
         GraphReplay(graphs._body, capture_after=0)
+
+
+def test_a_batch_without_a_graph_of_its_own_is_padded_up_to_a_larger_captured_bucket(monkeypatch):
+    """After the warm-up, a part-filled batch whose bucket has no graph replays the smallest captured bucket it fits
+    within ``borrow_ratio`` of its own tokens, with the eager forward's vectors; one it does not fit runs without a
+    graph, as with ``borrow_ratio=1``; the warm-up pads each batch to its own bucket."""
+    from opensearch_lsr.encoding.graph_buckets import graph_key
+    from opensearch_lsr.encoding.graph_replay import GraphReplay
+    from opensearch_lsr.encoding.packed_runner import capturing_every_shape
+
+    graphs, _, runners, _ = _graph_and_eager_runners(monkeypatch)
+    captured: list = []
+    replay = graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured), borrow_ratio=4)
+    rng = np.random.default_rng(9)
+    warm_up = PackedRunner(graphs, activation="relu", special_ids=[0], max_batch_tokens=3000)
+    lengths = np.full(100, 30)
+    with capturing_every_shape(warm_up):  # one batch of 3,000 tokens in 100 documents
+        warm_up.run(TokenizedTexts(rng.integers(5, 300, 3000), lengths, lengths.copy()))
+    keys, stats = set(replay._graphs), replay.stats
+    assert stats.borrowed == 0 and keys == {(3072, 128, 64), *catch_all_buckets(3000, graphs.max_doc_tokens)}
+    replay.reset_stats()
+    stats = replay.stats
+    max_doc = graphs.max_doc_tokens
+    for docs in (20, 25, 30, 35):  # 400-1,000 tokens: buckets of 1,024 tokens, none captured
+        lengths = rng.integers(20, 31, docs)
+        batch = TokenizedTexts(rng.integers(5, 300, int(lengths.sum())), lengths, lengths.copy())
+        own = graph_key(lengths, max_doc)
+        assert own[0] == 1024 and own not in keys
+        before = (stats.borrowed, stats.replays, stats.uncaptured)
+        got, expected = (r.run(batch) for r in runners)
+        for a, b in zip(got, expected):
+            assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
+        assert (stats.borrowed, stats.replays, stats.uncaptured) == (before[0] + 1, before[1] + 1, before[2])
+    assert stats.captured == 0 and set(replay._graphs) == keys and stats.borrowed_tokens == 4 * (3072 - 1024)
+    # a batch with as many documents as every captured bucket cannot be padded up to one: its own bucket, no graph
+    lengths = np.full(2048, 1)
+    assert replay.bucket_for(lengths, max_doc) == graph_key(lengths, max_doc)
+    replay.borrow_ratio = 1  # never beyond the batch's own bucket
+    small = np.array([12, 20, 7])
+    assert replay.bucket_for(small, max_doc) == graph_key(small, max_doc)
+    with pytest.raises(ValueError, match="borrow_ratio"):
+        GraphReplay(graphs._body, borrow_ratio=0.5)
+
+
+def test_larger_bucket_is_the_smallest_captured_one_the_batch_fits():
+    from opensearch_lsr.encoding.graph_buckets import larger_bucket, padding_lengths
+
+    lengths = np.array([100, 300, 50])  # 450 tokens, 3 documents, the longest 300
+    buckets = [(4096, 64, 512), (1024, 8, 384), (1024, 4, 512), (2048, 8, 384), (1024, 8, 256), (512, 3, 512),
+               (456, 8, 512)]
+    # (1024, 8, 256): 300 > 256; (512, 3, 512): no room for a padding document; (456, 8, 512): 6 tokens for its 5
+    # padding documents, the fewest tokens of those that fit
+    assert larger_bucket(lengths, buckets, max_tokens=4096) == (456, 8, 512)
+    # (1024, 4, 512) would need one padding document of 574 tokens
+    assert larger_bucket(lengths, buckets[:-1], max_tokens=4096) == (1024, 8, 384)
+    assert larger_bucket(lengths, buckets[:-1], max_tokens=1000) is None
+    # the padding documents share the extra tokens and each must stay within the bucket's longest
+    assert larger_bucket(np.array([10]), [(1024, 2, 512)], max_tokens=1e9) is None  # one of 1,014 tokens
+    assert larger_bucket(np.array([10]), [(1024, 4, 512)], max_tokens=1e9) == (1024, 4, 512)
+    assert padding_lengths(10, 1, (1024, 4)).max() <= 512
+    assert larger_bucket(np.array([5, 5]), [(4, 4, 128)], max_tokens=1e9) is None  # fewer tokens than the batch
+
+
+def test_every_batch_of_the_budget_fits_a_catch_all_bucket():
+    from opensearch_lsr.encoding.graph_buckets import CATCH_ALL_MOST_DOCS, larger_bucket
+
+    rng = np.random.default_rng(3)
+    for budget, max_doc in ((65536, 512), (65536, 510), (16384, 128), (1000, 64)):
+        buckets = catch_all_buckets(budget, max_doc)
+        assert len(buckets) <= 6 and all(key[0] > budget and key[2] == max_doc for key in buckets)
+        for _ in range(400):
+            lengths = rng.integers(1, int(rng.integers(1, max_doc + 1)) + 1, int(rng.integers(1, CATCH_ALL_MOST_DOCS // 2)))
+            lengths = lengths[np.cumsum(lengths) <= budget]  # a batch within the budget
+            if len(lengths):
+                key = larger_bucket(lengths, buckets, float("inf"))
+                assert key is not None and key[1] > len(lengths)
+    with pytest.raises(ValueError):
+        catch_all_buckets(0, 512)
 
 
 def _graph_and_eager_models(monkeypatch):
@@ -838,7 +919,8 @@ def test_no_more_than_max_graphs_shapes_are_captured_and_the_rest_run_without_a_
 
     graphs, _, runners, tokens = _graph_and_eager_runners(monkeypatch)
     captured: list = []
-    replay = graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured), max_graphs=1)
+    replay = graphs.graph_replay = GraphReplay(graphs._body, capture=_recording_capture(captured), max_graphs=1,
+                                               borrow_ratio=1)
     with capturing_every_shape(runners[0]):
         got = runners[0].run(tokens)
     for a, b in zip(got, runners[1].run(tokens)):

@@ -124,6 +124,27 @@ def test_the_default_captures_cuda_graphs_and_replays_what_the_compiled_body_com
                for x, y in zip(replayed, reference)) <= 1e-2
 
 
+def test_batches_padded_up_to_the_warm_ups_catch_all_graphs_give_what_the_compiled_body_computes(splade_tiny_dir):
+    """The warm-up records the catch-all buckets without replaying them; later batches whose own bucket has no graph
+    are padded up to one and replayed (its captured inputs refreshed each time): the vectors are the body's."""
+    from opensearch_lsr.encoding.graph_buckets import catch_all_buckets
+
+    enc = SparseDocumentEncoder(splade_tiny_dir, device="cuda")
+    body = SparseDocumentEncoder(splade_tiny_dir, device="cuda", compile="body")
+    assert enc.warm_up(8) > 0
+    replay, runner = enc.runner.model.graph_replay, enc.runner
+    assert set(catch_all_buckets(runner.max_batch_tokens, runner.model.max_doc_tokens)) <= set(replay._graphs)
+    replay.borrow_ratio = float("inf")  # these small batches too
+    reference = body.encode(TEXTS)
+    for texts in (TEXTS, TEXTS[:7], TEXTS):
+        got = enc.encode(texts)
+        assert _jaccard(got, reference[:len(texts)]) > 0.99
+        assert max(np.abs(x.weights[np.isin(x.ids, y.ids)] - y.weights[np.isin(y.ids, x.ids)]).max(initial=0.0)
+                   for x, y in zip(got, reference)) <= 1e-2
+    stats = replay.stats
+    assert stats.failed is None and stats.borrowed >= 2 and stats.uncaptured == 0 and stats.captured == 0
+
+
 def test_bf16_packs_an_fp16_head_that_lies_closer_to_fp32_than_a_bf16_one(splade_tiny_dir):
     """On CUDA bf16 runs the MLM head in fp16 (``default_head_dtype``): the same speed on tensor cores, three
     more significant bits where the sign of a logit decides whether an id is kept."""
