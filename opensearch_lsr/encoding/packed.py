@@ -332,13 +332,6 @@ class PackedMLM:
                 self.use_varlen = False
         return padded_attention(q, k, v, seg)
 
-    def graph_shape(self, tokens: int, docs: int) -> tuple[int, int] | None:
-        """The bucket a batch is padded to with ``compile="graphs"`` (:func:`.graph_buckets.graph_shape`), else
-        ``None``."""
-        if not self.graphs:
-            return None
-        return graph_shape(tokens, docs, self.max_doc_tokens)
-
     def graph_bucket(self, lengths: np.ndarray) -> tuple[int, ...] | None:
         """The bucket a batch of documents of ``lengths`` is padded to with ``compile="graphs"``: its own
         ``(tokens, documents)``, or on CUDA the key of a larger bucket already captured

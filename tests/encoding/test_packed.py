@@ -415,7 +415,7 @@ class _EchoModel:
     def __init__(self, vocab: int, fail_on_batch: int | None = None) -> None:
         self.vocab, self.fail_on_batch, self.calls = vocab, fail_on_batch, 0
 
-    def graph_shape(self, tokens: int, docs: int) -> None:  # batches are never padded
+    def graph_bucket(self, lengths: np.ndarray) -> None:  # batches are never padded
         return None
 
     def pooled_max(self, ids: torch.Tensor, seg: Segments) -> torch.Tensor:
@@ -686,12 +686,12 @@ def test_graph_batches_equal_the_eager_forward(name, caplog):
             assert a.ids.tolist() == b.ids.tolist() and np.abs(a.weights - b.weights).max(initial=0) <= 1e-5
     assert graphs.compiled  # no fallback to eager happened
     assert caplog.text.count("runs without CUDA graphs on cpu") == 1
-    shape = graphs.graph_shape(int(lengths.sum()), len(lengths))
+    shape = graphs.graph_bucket(lengths)
     seg = Segments.from_lengths(lengths, torch.device("cpu"), pad_to=shape, max_doc=graphs.max_doc_tokens)
     ids = torch.cat([torch.from_numpy(tokens.ids), torch.zeros(shape[0] - len(tokens.ids), dtype=torch.long)])
     with torch.inference_mode():
         assert graphs.hidden(ids, seg).shape[0] == int(lengths.sum())  # the padding tokens' rows are dropped
-    assert eager.graph_shape(10, 2) is None
+    assert eager.graph_bucket(np.array([4, 6])) is None
 
 
 def _recording_capture(captured: list):
