@@ -95,7 +95,8 @@ def padding_lengths(tokens: int, docs: int, shape: tuple[int, int]) -> np.ndarra
     return lengths
 
 
-def larger_bucket(lengths: np.ndarray, buckets: Iterable[tuple[int, int, int]], max_tokens: float) -> tuple[int, int, int] | None:
+def larger_bucket(lengths: np.ndarray, buckets: Iterable[tuple[int, int, int]],
+                  max_tokens: float) -> tuple[int, int, int] | None:
     """The smallest of ``buckets`` (``(tokens, documents, longest)`` keys, :func:`graph_key`) that a batch of
     documents of ``lengths`` can be padded up to, with at most ``max_tokens`` tokens; ``None`` if none fits.
 
@@ -120,9 +121,9 @@ def catch_all_buckets(max_tokens: int, max_doc: int, most_docs: int = CATCH_ALL_
     """Buckets for batches of at most ``max_tokens`` tokens to be padded up to (:func:`larger_bucket`) when their own
     has no graph: a token bucket above the budget, the longest document the model takes, and each power of two of
     documents from the fewest that can hold those tokens (one document of one token and padding documents of at most
-    ``max_doc``) up to ``most_docs``. A batch of up to ``most_docs / 2`` documents fits one of them when
-    ``2 * max_tokens / most_docs`` tokens fit in a document (at a 64k-token budget, 65 tokens). The varlen attention of a batch padded up to one is told the
-    longest ``max_doc``: on an H200 5.94 against 3.50 ms per 64k-token BERT-base batch at its own rounded length
+    ``max_doc``) up to ``most_docs`` (random batches of up to ``most_docs / 2`` documents within budgets of 1k-64k
+    tokens all fit one: ``tests/encoding/test_packed.py``). The varlen attention of a batch padded up to one is told
+    the longest ``max_doc``: on an H200 5.94 against 3.50 ms per 64k-token BERT-base batch at its own rounded length
     (:data:`GRAPH_MAX_LEN_GRANULARITY`), against about 40 ms of host time for a batch without a graph in a job."""
     if max_tokens < 1 or max_doc < 1 or most_docs < 2:
         raise ValueError("max_tokens and max_doc must be >= 1, most_docs >= 2")

@@ -37,7 +37,8 @@ batches are then small and the host, not the device, sets the pace): on an H200 
 without a graph, and they took the device thread about 0.9 of its 1.22 s of launching (about 40 ms a batch, where
 the encoder alone launched a replayed one in 7.1 ms; ``benchmarks/results/gpu_encode.md``, run 18). The padding's
 device time is the price: at most ``borrow_ratio - 1`` times the batch's own. So that a bucket to pad up to is there,
-a warm-up also records the few that every batch of the budget fits (:func:`.graph_buckets.catch_all_buckets`, :meth:`GraphReplay.capture_buckets`).
+a warm-up also records the few that every batch of the budget fits (:func:`.graph_buckets.catch_all_buckets`,
+:meth:`GraphReplay.capture_buckets`).
 """
 from __future__ import annotations
 

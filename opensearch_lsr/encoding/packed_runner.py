@@ -322,7 +322,8 @@ def capturing_every_shape(runner: PackedRunner | None) -> Iterator[None]:
     capture_catch_all_buckets(graphs, runner.max_batch_tokens, model.max_doc_tokens, runner.device, runner.on_cuda)
 
 
-def capture_catch_all_buckets(graphs: Any, max_tokens: int, max_doc: int, device: torch.device, pin: bool = False) -> None:
+def capture_catch_all_buckets(graphs: Any, max_tokens: int, max_doc: int, device: torch.device,
+                              pin: bool = False) -> None:
     """Capture :func:`.graph_buckets.catch_all_buckets` into ``graphs`` (a :class:`.graph_replay.GraphReplay`), each
     from one document of one token padded up to it."""
     one = np.ones(1, dtype=np.int64)
