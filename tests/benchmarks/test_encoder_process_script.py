@@ -6,7 +6,7 @@ import json
 import pytest
 
 
-@pytest.mark.slow  # two jobs, one spawning the encoder's process; test_parallel's one-device test covers the product path
+@pytest.mark.slow  # two jobs, one spawning the encoder process (test_parallel covers that path by default)
 def test_both_jobs_write_every_passage_and_the_run_says_how_they_compare(shared_data, tmp_path, load_script):
     module = load_script("encoder_process")
     out = tmp_path / "e.json"
