@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 
+
+@pytest.mark.slow  # 22 s on 2 cores: bf16 and fp16 matmuls are emulated on this CPU
 def test_precision_distance_measures_bf16_an_fp16_head_and_fp16_against_fp32(shared_data, splade_tiny_dir, tmp_path, load_script):
     module = load_script("precision_distance")
     out = tmp_path / "r.json"

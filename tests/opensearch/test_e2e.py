@@ -166,6 +166,7 @@ def _check(result: dict, min_mrr_model: float) -> None:
     assert result["mrr_tokens"] > 0 and result["mrr_hybrid"] > 0
 
 
+@pytest.mark.slow  # 37 s on 2 cores; CI's real-node suite (tests/opensearch_real/test_real_chain.py) runs this chain
 def test_e2e_splade_tiny(shared_data, tmp_path):
     result = run_flow("splade-tiny", tmp_path / "bundle", shared_data)
     assert result["n_chunks"] == 2  # the 16.6 MB TorchScript zip goes up as two raw <= 10 MB chunks
