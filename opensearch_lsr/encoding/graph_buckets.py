@@ -15,7 +15,8 @@ instead of one kernel launch per fused step (on an H200 the compiled body still 
 or torch.compile's ``mode="reduce-overhead"``) record one graph per distinct shape and pad nothing themselves.
 
 A batch whose own bucket has no graph yet may instead be padded up to a larger bucket that has one
-(:func:`larger_bucket`), as vLLM pads a decode batch to the next captured batch size (``cudagraph_capture_sizes``):
+(:func:`larger_bucket`), as vLLM pads a batch to the next captured size (``cudagraph_capture_sizes`` and
+``bs_to_padded_graph_size`` of ``CompilationConfig``, ``vllm/config/compilation.py``):
 the padding costs device time, a batch without a graph costs the host one launch per kernel. A warm-up captures,
 besides the shapes it meets, the few buckets any batch of the budget fits (:func:`catch_all_buckets`).
 """
