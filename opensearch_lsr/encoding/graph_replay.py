@@ -165,7 +165,7 @@ class GraphReplay:
         for key in keys:
             if key not in self._graphs and len(self._graphs) < self.max_graphs and self.stats.failed is None:
                 ids, seg = batch(key)
-                if (int(ids.shape[0]), int(seg.lengths.shape[0]), int(seg.max_len)) != tuple(key):
+                if _key(ids, seg) != tuple(key):
                     raise ValueError(f"batch({key}) gave inputs of another bucket")
                 self._capture(tuple(key), ids, seg)  # recorded, not replayed: no batch needs its output
 
@@ -192,7 +192,7 @@ class GraphReplay:
         """The body's output for this batch: the bucket's captured output tensor, valid until the next call."""
         if self.stats.failed is not None:
             return self.body(ids, seg)
-        key = (int(ids.shape[0]), int(seg.lengths.shape[0]), int(seg.max_len))
+        key = _key(ids, seg)
         entry = self._graphs.get(key)
         if entry is None:
             self._sightings[key] += 1
@@ -238,6 +238,11 @@ class GraphReplay:
         self.stats.captured += 1
         self.stats.capture_s += time.perf_counter() - t0
         return static_ids, static_seg, replay, out
+
+
+def _key(ids: torch.Tensor, seg: Any) -> tuple[int, int, int]:
+    """The bucket key of a padded batch: ``(tokens, documents, longest)``, as :func:`.graph_buckets.graph_key` gives it."""
+    return int(ids.shape[0]), int(seg.lengths.shape[0]), int(seg.max_len)
 
 
 def _staged_with(ids: torch.Tensor, seg: Any) -> torch.Tensor | None:
